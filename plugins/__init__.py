@@ -1,0 +1,1 @@
+"""Built-in attention plugins (imported as ``pyllama.plugins``)."""

@@ -1,0 +1,11 @@
+# The attention contract (DESIGN.md "The attention contract"); see base.pyx.
+
+cdef class Attention:
+    cdef public object config          # ModelConfig: shapes and rope facts
+    cdef public long long max_positions  # positions this plugin can hold; 0 until init: the context
+    cdef public int n_threads          # from the pool: threads the plugin may use
+    cdef public bint native            # True: attend_c is implemented in C (no GIL, no Python per layer)
+    cdef object _bound                 # numpy views of the engine's (q, k, v, out) for the Python path
+    cdef const float* _bound_q
+
+    cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil

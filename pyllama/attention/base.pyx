@@ -1,0 +1,89 @@
+"""The Attention base class: the one seam between the engine and a KV cache.
+
+The engine computes this position's post-RoPE query, key and value for a layer and calls
+``attend(layer, pos, q, k, v, out)``; the plugin stores whatever it wants of k and v (it owns the
+whole cache) and writes the attention result into ``out``. Shapes, all float32 and contiguous::
+
+    q:   [n_heads * head_dim]      k, v: [n_kv_heads * head_dim]      out: [n_heads * head_dim]
+
+Query head h reads KV head h // (n_heads // n_kv_heads); scores are scaled by 1/sqrt(head_dim).
+
+Two ways to write a plugin, one interface:
+
+* **Cython** (``cdef class MyCache(Attention)``): set ``self.native = True`` in ``__cinit__`` and
+  implement ``cdef int attend_c(...) except -1 nogil``. The engine calls it without the GIL and
+  without any Python object per layer.
+* **Python** (``class MyCache(Attention)``): override ``attend`` and work on numpy arrays. The
+  engine calls it with numpy views of its own buffers (no copies); slower, otherwise the same.
+
+Both override ``init(config, pool)`` (allocate all state there), ``reset()`` (a new sequence; no
+reallocation) and ``memory_bytes()`` (the ledger: bytes of cache state held right now). Set
+``max_positions`` in ``__init__`` or ``init`` to run past the model's context; it defaults to the
+context (``config.seq_len``).
+"""
+
+import numpy as np
+
+
+cdef class Attention:
+    """Base class of every attention plugin. See the module docstring for the contract."""
+
+    name = "attention"  # the registry name; subclasses override
+    description = ""  # one line for `pyllama plugins`
+
+    def __cinit__(self, *args, **kwargs):
+        self.max_positions = 0
+        self.n_threads = 1
+        self.native = False
+        self._bound = None
+        self._bound_q = NULL
+
+    def init(self, config, pool):
+        """Allocate all state for ``config`` (a ModelConfig); ``pool.n_threads`` threads may be used."""
+
+    def reset(self):
+        """Forget the sequence: the next call is position 0. Must not reallocate."""
+
+    def memory_bytes(self):
+        """Bytes of cache state held right now (the ledger)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement memory_bytes()")
+
+    def attend(self, int layer, long long pos, q, k, v, out):
+        """Attention of one position in one layer (numpy float32 arrays; see the module docstring).
+
+        A Cython plugin gets this for free (it calls ``attend_c``); a Python plugin overrides it.
+        """
+        if not self.native:
+            raise NotImplementedError(f"{type(self).__name__} must override attend() (or be a native Cython plugin)")
+        cdef float[::1] qv = q
+        cdef float[::1] kv = k
+        cdef float[::1] vv = v
+        cdef float[::1] ov = out
+        cfg = self.config
+        if cfg is None:
+            raise RuntimeError(f"{type(self).__name__}: attend() before init()")
+        if qv.shape[0] != cfg.q_dim or ov.shape[0] != cfg.q_dim or kv.shape[0] != cfg.kv_dim or vv.shape[0] != cfg.kv_dim:
+            raise ValueError(
+                f"attend: expected q/out of {cfg.q_dim} and k/v of {cfg.kv_dim} floats, got "
+                f"{qv.shape[0]}, {kv.shape[0]}, {vv.shape[0]}, {ov.shape[0]}"
+            )
+        self.attend_c(layer, pos, &qv[0], &kv[0], &vv[0], &ov[0])
+
+    def _configure(self, config, pool, q, k, v, out):
+        """Called by the engine before ``init``: fills in what every plugin has."""
+        self.config = config
+        self.n_threads = pool.n_threads
+        if self.max_positions <= 0:
+            self.max_positions = config.seq_len
+        self._bound = (q, k, v, out)
+        cdef float[::1] qv = q
+        self._bound_q = &qv[0]
+
+    cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
+        # The Python path: hand the engine's own buffers to attend() as numpy views.
+        with gil:
+            if self._bound is None or q != self._bound_q:
+                raise RuntimeError(f"{type(self).__name__}: the Python path only runs on the engine's buffers")
+            bq, bk, bv, bo = self._bound
+            self.attend(layer, pos, bq, bk, bv, bo)
+        return 0

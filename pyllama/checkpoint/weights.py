@@ -1,0 +1,96 @@
+"""Weights: read-only views into a memory-mapped model file, one ``Tensor`` per matrix.
+
+Loaders (llama2.c ``.bin``, GGUF) produce ``(ModelConfig, Weights)``; the engine takes raw pointers
+from these views once, when it is built. Nothing here copies or converts weight data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+
+class QType(IntEnum):
+    """How a matrix is stored. The values are shared with the Cython kernels (matvec.pxd)."""
+
+    F32 = 0  # float32 rows
+    F16 = 1  # IEEE half rows, converted on the fly
+    Q8_0 = 2  # ggml Q8_0: blocks of (f16 scale, 32 x int8)
+    Q8_GROUPS = 3  # llama2.c version 2: int8 rows, then one float32 scale per group
+
+
+@dataclass
+class Tensor:
+    """One weight matrix of ``rows`` outputs by ``cols`` inputs, as stored in the file."""
+
+    name: str
+    qtype: QType
+    rows: int
+    cols: int
+    data: np.ndarray  # the raw bytes as stored: float32/float16 (rows, cols) or uint8/int8 blocks
+    scales: np.ndarray | None = None  # Q8_GROUPS: float32[rows * cols // group_size]
+    group_size: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes + (self.scales.nbytes if self.scales is not None else 0))
+
+    def dequantize(self) -> np.ndarray:
+        """float32 (rows, cols) copy: for tests and reference code only, never for the engine."""
+        if self.qtype == QType.F32:
+            return np.array(self.data, dtype=np.float32).reshape(self.rows, self.cols)
+        if self.qtype == QType.F16:
+            return np.asarray(self.data).astype(np.float32).reshape(self.rows, self.cols)
+        if self.qtype == QType.Q8_GROUPS:
+            q = np.asarray(self.data, dtype=np.int8).reshape(-1, self.group_size).astype(np.float32)
+            return (q * np.asarray(self.scales)[:, None]).reshape(self.rows, self.cols)
+        if self.qtype == QType.Q8_0:
+            blocks = np.asarray(self.data, dtype=np.uint8).reshape(-1, 34)
+            d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
+            q = blocks[:, 2:].view(np.int8).astype(np.float32)
+            return (q * d).reshape(self.rows, self.cols)
+        raise ValueError(f"unknown qtype {self.qtype}")
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: np.ndarray  # float32[dim]
+    wq: Tensor  # (n_heads * head_dim, dim)
+    wk: Tensor  # (n_kv_heads * head_dim, dim)
+    wv: Tensor  # (n_kv_heads * head_dim, dim)
+    wo: Tensor  # (dim, n_heads * head_dim)
+    ffn_norm: np.ndarray  # float32[dim]
+    w1: Tensor  # gate (hidden_dim, dim)
+    w2: Tensor  # down (dim, hidden_dim)
+    w3: Tensor  # up (hidden_dim, dim)
+    bq: np.ndarray | None = None  # qwen2 biases, float32
+    bk: np.ndarray | None = None
+    bv: np.ndarray | None = None
+
+
+@dataclass
+class Weights:
+    token_embedding: Tensor  # (vocab_size, dim)
+    layers: list[LayerWeights]
+    final_norm: np.ndarray  # float32[dim]
+    classifier: Tensor  # (vocab_size, dim); the embedding itself when shared
+    source: object = None  # keeps the memory map alive
+    format: str = ""  # e.g. "llama2.c v0 (legacy float32)"
+    file_bytes: int = 0
+
+    def tensors(self) -> list[Tensor]:
+        out = [self.token_embedding]
+        for layer in self.layers:
+            out += [layer.wq, layer.wk, layer.wv, layer.wo, layer.w1, layer.w2, layer.w3]
+        if self.classifier is not self.token_embedding:
+            out.append(self.classifier)
+        return out
+
+    def parameter_count(self) -> int:
+        n = sum(t.rows * t.cols for t in self.tensors())
+        n += self.final_norm.size + sum(lw.attn_norm.size + lw.ffn_norm.size for lw in self.layers)
+        for lw in self.layers:
+            n += sum(b.size for b in (lw.bq, lw.bk, lw.bv) if b is not None)
+        return int(n)

@@ -1,0 +1,53 @@
+from pyllama.attention.base cimport Attention
+from pyllama.kernels.matvec cimport Matrix, QuantScratch
+from pyllama.kernels.rope cimport RopeSpec
+from pyllama.sampler cimport Sampler
+
+cdef struct LayerPtrs:
+    const float* attn_norm
+    const float* ffn_norm
+    const float* bq
+    const float* bk
+    const float* bv
+    Matrix wq
+    Matrix wk
+    Matrix wv
+    Matrix wo
+    Matrix w1
+    Matrix w2
+    Matrix w3
+
+cdef class Engine:
+    cdef readonly object config
+    cdef readonly object weights
+    cdef readonly Attention attention
+    cdef readonly int n_threads
+    cdef int dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, q_dim, kv_dim, vocab_size
+    cdef float eps
+    cdef Matrix tok_emb
+    cdef Matrix cls
+    cdef const float* final_norm
+    cdef LayerPtrs* layers
+    cdef RopeSpec rope
+    cdef long long rope_rows
+    cdef float* rope_cos
+    cdef float* rope_sin
+    cdef float* rope_scratch
+    cdef QuantScratch qscratch
+    cdef object _buffers
+    cdef float* x
+    cdef float* xb
+    cdef float* xb2
+    cdef float* hb
+    cdef float* hb2
+    cdef float* q
+    cdef float* k
+    cdef float* v
+    cdef float* att_out
+    cdef float* logits
+    cdef readonly object logits_view
+    cdef public object tracer
+    cdef bint tracing
+
+    cdef int forward_c(self, int token, long long pos) except -1 nogil
+    cdef int _trace(self, str name, int layer, const float* data, Py_ssize_t n) except -1

@@ -1,0 +1,8 @@
+"""Cython nogil kernels: matvec (f32, f16, q8_0, int8 groups), rmsnorm, softmax, fast exp, SwiGLU, saxpy, RoPE.
+
+Every kernel is a ``noexcept nogil`` function on raw pointers (declared in the ``.pxd`` for other
+Cython modules to cimport) with a thin memoryview wrapper that checks shapes, for tests and Python.
+Parallel kernels split independent outputs across OpenMP threads with a static schedule, so each
+output element is computed by one thread with the same arithmetic: results are bit-identical for
+any thread count.
+"""

@@ -1,0 +1,7 @@
+from pyllama.kernels.matvec cimport Matrix, QuantScratch
+
+cdef void matvec_f16(float* out, const Matrix* m, const float* x, int n_threads) noexcept nogil
+cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil
+cdef void matvec_q8_groups(float* out, const Matrix* m, const float* x, QuantScratch* scratch,
+                           int n_threads) noexcept nogil
+cdef void dequantize_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil

@@ -1,0 +1,17 @@
+# Rotary position embedding (see rope.pyx).
+
+cdef enum:
+    ROPE_NORMAL = 0   # pairs (2i, 2i+1)
+    ROPE_NEOX = 1     # pairs (i, i + n_rot/2)
+
+cdef struct RopeSpec:
+    int head_dim
+    int n_rot
+    int style
+    float theta
+
+cdef void rope_row(const RopeSpec* spec, long pos, float* cos_out, float* sin_out) noexcept nogil
+cdef void rope_apply(const RopeSpec* spec, float* vec, int n_heads, const float* cos_row,
+                     const float* sin_row) noexcept nogil
+cdef void rope_rotate_delta(const RopeSpec* spec, float* vec, int n_heads, long delta) noexcept nogil
+cdef RopeSpec rope_spec_of(object config)
