@@ -251,12 +251,12 @@ cdef class Engine:
         return self.logits_view
 
     def generate_into(self, const int32_t[::1] prompt, long long steps, Sampler sampler, int32_t[::1] out,
-                      on_token=None):
+                      on_token=None, bint stop_on_bos=True):
         """run.c's generation loop. Writes sampled ids into ``out`` and returns
         ``(n_generated, stopped_on_bos, seconds_after_first_forward, positions_run)``.
 
         ``steps`` counts positions including the prompt's; the first prompt token is at position
-        0. Stops early when BOS (1) comes next (it is not written). ``on_token(id)`` is called with
+        0. Stops early when BOS (1) comes next (it is not written) unless ``stop_on_bos`` is False. ``on_token(id)`` is called with
         every next id, forced prompt ids included (what run.c prints), when given. With ``on_token=None`` and a native plugin, the loop allocates
         nothing and never takes the GIL.
         """
@@ -288,7 +288,7 @@ cdef class Engine:
             else:
                 next_token = sampler.sample_c(self.logits)
             pos += 1
-            if next_token == 1:
+            if next_token == 1 and stop_on_bos:
                 stopped = True
                 break
             if pos >= n_prompt:

@@ -1,0 +1,197 @@
+"""Model: the Python API. A checkpoint and its tokenizer, bound to attention plugins on demand.
+
+    m = Model.load("stories260K.bin", tokenizer="tok512.bin")
+    out = m.generate("Once upon a time", steps=256, temperature=0.0)
+    logits = m.forward(token, pos)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pyllama.attention.base import Attention
+from pyllama.attention.registry import create_plugin
+from pyllama.checkpoint import load_checkpoint
+from pyllama.config import ModelConfig
+from pyllama.engine import Engine
+from pyllama.errors import InputError, TokenizerError
+from pyllama.sampler import Sampler
+
+BOS = 1
+
+
+@dataclass
+class Generation:
+    """What one ``generate`` call produced."""
+
+    prompt_ids: list[int]
+    ids: list[int]  # generated after the prompt (BOS that stopped generation not included)
+    text: str  # what was streamed: prompt text and generated text, decoded like run.c prints it
+    tok_per_s: float  # measured as run.c does: from the end of the first forward pass
+    memory_bytes: int  # the attention plugin's ledger at the end
+    stopped_on_bos: bool = False
+    steps: int = 0  # positions run
+    notices: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "prompt_ids": self.prompt_ids,
+            "ids": self.ids,
+            "text": self.text,
+            "tok_per_s": self.tok_per_s,
+            "memory_bytes": self.memory_bytes,
+        }
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+class Model:
+    """Weights (memory-mapped), config and tokenizer of one model."""
+
+    def __init__(self, config: ModelConfig, weights, tokenizer=None, path: str | None = None, threads: int = 0):
+        self.config = config
+        self.weights = weights
+        self.tokenizer = tokenizer
+        self.path = path
+        self.threads = threads or default_threads()
+        self._engine: Engine | None = None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, threads: int = 0) -> Model:
+        """Map a llama2.c ``.bin`` or a ``.gguf`` file. ``tokenizer``: a llama2.c tokenizer file or a
+        GGUF (its vocabulary is used); default: the GGUF's own vocabulary, else ``tokenizer.bin``
+        beside the checkpoint if there is one, else no tokenizer (ids only)."""
+        config, weights = load_checkpoint(path)
+        tok = _load_tokenizer_for(Path(path), tokenizer, config.vocab_size)
+        return cls(config, weights, tok, str(path), threads)
+
+    # ---- engines -----------------------------------------------------------------------------
+    def engine(self, attention: str | Attention | None = None, threads: int | None = None) -> Engine:
+        """A new engine over these weights bound to ``attention`` (spec string, instance, or None: causal)."""
+        return Engine(self.config, self.weights, create_plugin(attention), threads or self.threads)
+
+    def forward(self, token: int, pos: int) -> np.ndarray:
+        """Logits (a float32 copy) for ``token`` at ``pos`` through exact causal attention.
+
+        Positions must be fed in order from 0 on the model's default engine; ``reset()`` starts over.
+        """
+        if self._engine is None:
+            self._engine = self.engine()
+        return np.array(self._engine.forward(token, pos))
+
+    def reset(self) -> None:
+        if self._engine is not None:
+            self._engine.reset()
+
+    # ---- text --------------------------------------------------------------------------------
+    def _require_tokenizer(self):
+        if self.tokenizer is None:
+            raise TokenizerError(f"{self.path}: no tokenizer: pass one with tokenizer=... (-z on the CLI)")
+        return self.tokenizer
+
+    def tokenize(self, text: str, bos: bool = True) -> list[int]:
+        return list(self._require_tokenizer().encode(text, bos=bos, eos=False))
+
+    def generate(
+        self,
+        prompt: str | list[int] = "",
+        steps: int = 256,
+        temperature: float = 0.0,
+        topp: float = 0.9,
+        seed: int | None = None,
+        attention: str | Attention | None = None,
+        threads: int | None = None,
+        ignore_eos: bool = False,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Generation:
+        """Generate like llama2.c's run.c: ``steps`` counts positions including the prompt's.
+
+        ``steps`` <= 0 means the model's context; more than the plugin holds is clamped with a
+        notice. ``seed`` None: from the clock, as run.c. ``on_text`` receives text as it is
+        decoded (never a split UTF-8 character).
+        """
+        engine = self.engine(attention, threads)
+        notices: list[str] = []
+        prompt_ids = list(prompt) if not isinstance(prompt, str) else self.tokenize(prompt)
+        if not prompt_ids:
+            raise InputError("the prompt needs at least one token (BOS)")
+        max_pos = engine.max_positions
+        if steps <= 0:
+            steps = min(self.config.seq_len, max_pos)
+        if steps > max_pos:
+            notices.append(
+                f"steps {steps} clamped to {max_pos}: the attention plugin holds {max_pos} positions"
+                + (" (the model's context)" if max_pos == self.config.seq_len else "")
+            )
+            steps = max_pos
+        if len(prompt_ids) > max_pos:
+            raise InputError(
+                f"the prompt is {len(prompt_ids)} tokens but the attention plugin holds {max_pos} positions: "
+                "shorten the prompt or use a plugin with more positions (e.g. causal:positions=N)"
+            )
+        if seed is None or seed <= 0:
+            seed = int(time.time()) & 0xFFFFFFFF  # run.c: (unsigned int)time(NULL)
+        sampler = Sampler(self.config.vocab_size, max(temperature, 0.0), topp, seed)
+        out = np.zeros(max(steps - len(prompt_ids) + 1, 1), dtype=np.int32)
+        pieces: list[str] = []
+        on_token = None
+        decoder = None
+        if self.tokenizer is not None:
+            decoder = self.tokenizer.decoder(prompt_ids[0])
+
+            def on_token(token: int) -> None:
+                s = decoder.feed(token)
+                if s:
+                    pieces.append(s)
+                    if on_text is not None:
+                        on_text(s)
+
+        prompt_arr = np.asarray(prompt_ids, dtype=np.int32)
+        n, stopped, elapsed, pos = engine.generate_into(prompt_arr, steps, sampler, out, on_token,
+                                                        stop_on_bos=not ignore_eos)
+        if decoder is not None:
+            tail = decoder.flush()
+            if tail:
+                pieces.append(tail)
+                if on_text is not None:
+                    on_text(tail)
+        tok_per_s = (pos - 1) / elapsed if elapsed > 0 and pos > 1 else 0.0
+        return Generation(
+            prompt_ids=prompt_ids,
+            ids=out[:n].tolist(),
+            text="".join(pieces),
+            tok_per_s=tok_per_s,
+            memory_bytes=int(engine.attention.memory_bytes()),
+            stopped_on_bos=bool(stopped),
+            steps=int(pos),
+            notices=notices,
+        )
+
+
+def _load_tokenizer_for(model_path: Path, tokenizer, vocab_size: int):
+    from pyllama.tokenizer import load_tokenizer
+
+    if tokenizer is not None:
+        return load_tokenizer(tokenizer, vocab_size=vocab_size)
+    if model_path.suffix == ".gguf" or _is_gguf(model_path):
+        return load_tokenizer(model_path, vocab_size=vocab_size)
+    beside = model_path.with_name("tokenizer.bin")
+    if beside.exists():
+        try:
+            return load_tokenizer(beside, vocab_size=vocab_size)
+        except TokenizerError:
+            return None
+    return None
+
+
+def _is_gguf(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
