@@ -176,7 +176,9 @@ def load_llama2c(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
     )
     if version == 2 and (group_size <= 0 or dim % group_size or hidden_dim % group_size):
         raise CheckpointError(
-            f"{name}: version-2 group size {group_size} does not divide dim={dim} and hidden_dim={hidden_dim}: corrupt header"
+            f"{name}: version-2 group size {group_size} does not divide both dim={dim} and hidden_dim={hidden_dim}; "
+            "the int8 groups would straddle rows (llama2.c's runq.c cannot run this file either): re-export "
+            "with a smaller group size"
         )
     _check_size(name, _expected_bytes(cfg, version, group_size), size, version)
 

@@ -1,0 +1,56 @@
+"""Shared fixtures: where the shared models are, and small checkpoints written on the fly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+MODELS = SHARED / "models"
+TOOLS = SHARED / "tools"
+
+
+def shared_file(name: str) -> Path:
+    """A file from the shared models folder, or skip the test saying what is missing."""
+    path = MODELS / name
+    if not path.exists():
+        pytest.skip(f"shared model file {name} is not present (expected beside the repository in shared/models)")
+    return path
+
+
+def read_jsonl(name: str) -> list[dict]:
+    return [json.loads(line) for line in shared_file(name).read_text().splitlines() if line.strip()]
+
+
+def make_checkpoint(path: Path, shape: str, *extra: str) -> Path:
+    """Write a seeded random-weight llama2.c checkpoint with the shared tool (skip if it is absent)."""
+    tool = TOOLS / "make_llama2c_checkpoint.py"
+    if not tool.exists():
+        pytest.skip("shared/tools/make_llama2c_checkpoint.py is not present")
+    subprocess.run([sys.executable, str(tool), shape, str(path), *extra], check=True, capture_output=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def stories260k() -> Path:
+    return shared_file("stories260K.bin")
+
+
+@pytest.fixture(scope="session")
+def tok512() -> Path:
+    return shared_file("tok512.bin")
+
+
+@pytest.fixture(scope="session")
+def gqa_unshared(tmp_path_factory) -> Path:
+    """A small random GQA checkpoint with an unshared classifier (odd sizes on purpose)."""
+    path = tmp_path_factory.mktemp("ckpt") / "gqa_unshared.bin"
+    return make_checkpoint(
+        path, "custom", "--dim", "96", "--hidden-dim", "200", "--layers", "3", "--heads", "6",
+        "--kv-heads", "2", "--vocab", "300", "--seq-len", "64", "--unshared-classifier", "--seed", "3",
+    )
