@@ -1,0 +1,3 @@
+import numpy as np
+
+def attend_one_head(q: np.ndarray, keys: np.ndarray, values: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray: ...

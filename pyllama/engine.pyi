@@ -1,0 +1,34 @@
+from collections.abc import Callable
+
+import numpy as np
+
+from pyllama.attention.base import Attention
+from pyllama.checkpoint.weights import Weights
+from pyllama.config import ModelConfig
+from pyllama.sampler import Sampler
+
+class Pool:
+    n_threads: int
+    def __init__(self, n_threads: int = 1) -> None: ...
+
+class Engine:
+    config: ModelConfig
+    weights: Weights
+    attention: Attention
+    n_threads: int
+    logits_view: np.ndarray
+    def __init__(self, config: ModelConfig, weights: Weights, attention: Attention, n_threads: int = 1) -> None: ...
+    @property
+    def max_positions(self) -> int: ...
+    def set_tracer(self, tracer: Callable[[str, np.ndarray], None] | None) -> None: ...
+    def reset(self) -> None: ...
+    def forward(self, token: int, pos: int) -> np.ndarray: ...
+    def generate_into(
+        self,
+        prompt: np.ndarray,
+        steps: int,
+        sampler: Sampler,
+        out: np.ndarray,
+        on_token: Callable[[int], None] | None = None,
+        stop_on_bos: bool = True,
+    ) -> tuple[int, bool, float, int]: ...

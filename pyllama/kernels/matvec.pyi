@@ -1,0 +1,6 @@
+import numpy as np
+
+from pyllama.checkpoint.weights import Tensor
+
+def matvec_np(w: np.ndarray, x: np.ndarray, n_threads: int = 1) -> np.ndarray: ...
+def matvec_tensor(tensor: Tensor, x: np.ndarray, n_threads: int = 1) -> np.ndarray: ...
