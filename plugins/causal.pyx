@@ -14,10 +14,15 @@ import numpy as np
 from pyllama.attention.base cimport Attention
 from pyllama.attention.head cimport attend_head
 
+from pyllama.attention.spec import Knob
+
 
 cdef class Causal(Attention):
     name = "causal"
     description = "exact attention over a dense cache of every position (the reference)"
+    knobs = (
+        Knob("positions", int, 0, "cache size in positions; 0 = the model's trained context", min=0),
+    )
 
     cdef object _keys, _values, _scores, _kptr, _vptr
     cdef float* keys        # [n_layers, positions, kv_dim]
@@ -33,6 +38,8 @@ cdef class Causal(Attention):
         self.native = True
 
     def __init__(self, positions: int = 0):
+        if positions < 0:
+            raise ValueError(f"causal: positions must be >= 0 (0: the model's context), got {positions}")
         self.positions = positions
         if positions > 0:
             self.max_positions = positions

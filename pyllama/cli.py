@@ -169,5 +169,153 @@ def info(checkpoint, as_json):
         click.echo(f"{key:<{width}}  {value}")
 
 
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@tokenizer_option
+@click.option("-i", "--prompt", required=True, help="Prompt text (BOS first, as llama.cpp tokenises it).")
+@click.option("--compare", "log", type=click.Path(dir_okay=False), default=None,
+              help="A llama-eval-callback log of the same prompt: show llama.cpp's sums and the relative difference.")
+@threads_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object {prompt_ids, tensors: [...]}.")
+def trace(model, tokenizer, prompt, log, threads, as_json):
+    """Sum every intermediate tensor of PROMPT under llama.cpp's names (inp_embd, Qcur-0, ... result_output).
+
+    \b
+    Example:
+      llama-eval-callback -m stories260K-f32.gguf -p "Hello world" -n 1 > evalcb.log 2>&1
+      pyllama trace stories260K-f32.gguf -i "Hello world" --compare evalcb.log
+    """
+    from pyllama.trace import format_rows, trace_file
+
+    ids, rows = trace_file(model, prompt, tokenizer, log, threads)
+    if as_json:
+        click.echo(json.dumps({"prompt_ids": ids, "tensors": [r.to_json() for r in rows]}))
+        return
+    click.echo(f"prompt ids: {' '.join(map(str, ids))}")
+    click.echo(format_rows(rows))
+
+
+@main.command()
+@click.argument("src", type=click.Path(dir_okay=False))
+@click.argument("dst", type=click.Path(dir_okay=False))
+@click.option("--type", "out_type", type=click.Choice(["f32", "f16", "q8_0"]), default="f32", show_default=True,
+              help="How matrices are stored (q8_0: rows that are not whole 32-value blocks stay f32).")
+@click.option("-z", "--tokenizer", type=click.Path(dir_okay=False), default=None,
+              help="The llama2.c tokenizer of the checkpoint (default: tokenizer.bin beside it).")
+def convert(src, dst, out_type, tokenizer):
+    """Write a llama2.c checkpoint SRC (with its tokenizer) as a GGUF file DST that llama.cpp loads.
+
+    \b
+    Example:
+      pyllama convert stories260K.bin stories260K-q8_0.gguf --type q8_0 -z tok512.bin
+    """
+    from pyllama.convert import convert_llama2c
+
+    summary = convert_llama2c(src, dst, out_type, tokenizer)
+    types = ", ".join(f"{n} {k}" for k, n in summary["tensor_types"].items())
+    click.echo(f"wrote {dst}: {summary['bytes']:,} bytes ({types} tensors)")
+
+
+EXIT_NOT_EXACT = 3  # diff --expect-exact: the two plugins are not bit-identical
+
+
+@main.command()
+@click.argument("a")
+@click.argument("b")
+@checkpoint_option
+@tokenizer_option
+@click.option("--probe", "probe", default=None, metavar="NAME|FILE",
+              help="standard (default: short stories, a run to 4x the context, name recall), stories, long, "
+              "recall, or a text file (sequences separated by lines holding only <|endoftext|>).")
+@click.option("--text", "text_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="A text file as the probe (same as --probe FILE).")
+@click.option("-i", "--prompt", default=None, help="This prompt text as the probe.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the summary and every per-position row as JSON.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write every per-position row as CSV.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the overview figure (|Δlogit|, KL, per-layer error, memory, recall), e.g. diff.png.")
+@click.option("--expect-exact", is_flag=True,
+              help=f"Exit with status {EXIT_NOT_EXACT} unless every logit is bit-identical (max |Δlogit| == 0).")
+@threads_option
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal, for long probes).")
+def diff(a, b, checkpoint, tokenizer, probe, text_file, prompt, json_path, csv_path, plot_path, expect_exact,
+         threads, progress):
+    """Teacher-force one token sequence through attention plugins A and B and compare them.
+
+    \b
+    Both share the model's weights. Per position: max |Δlogit|, KL(P_A ‖ P_B) in float64, top-1
+    agreement, the teacher token's Δ log-prob, each layer's relative error of the attention output
+    and each plugin's memory_bytes(). A sequence longer than a plugin holds is compared over the
+    positions both hold (a note says so).
+
+    \b
+    Examples:
+      pyllama diff causal sliding:64 -c stories260K.bin -z tok512.bin --plot sliding.png
+      pyllama diff causal sink:0,64 --probe stories -c stories260K.bin -z tok512.bin
+      pyllama diff causal:positions=2048 sink:4,60,shift -c stories260K.bin -z tok512.bin --csv rows.csv
+      pyllama diff causal sliding:4096 -c stories260K.bin -z tok512.bin --expect-exact
+    """
+    from pyllama.diff.probes import probe_from_text
+    from pyllama.model import Model
+
+    given = [x for x in (probe, text_file, prompt) if x is not None]
+    if len(given) > 1:
+        raise click.UsageError("give one of --probe, --text and -i/--prompt")
+    model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
+    if model.tokenizer is None:
+        raise click.UsageError(f"{checkpoint}: no tokenizer found beside it; pass one with -z")
+    if prompt is not None:
+        source = probe_from_text(prompt, model.tokenizer, name="prompt")
+    else:
+        source = text_file or probe or "standard"
+    report = model.diff(a, b, probe=source, threads=threads, progress=progress)
+    click.echo(report.table())
+    for path, write in ((json_path, report.to_json), (csv_path, report.to_csv), (plot_path, report.plot)):
+        if path:
+            write(path)
+            click.echo(f"wrote {path}", err=True)
+    if expect_exact and not report.exact:
+        fd = report.summary.get("first_diff")
+        where = f", first at position {fd['position']} of {fd['sequence']}" if fd else ""
+        mx = report.summary.get("max_abs_dlogit", float("nan"))
+        click.echo(f"error: not exact: max |Δlogit| = {mx:.6g}{where}", err=True)
+        sys.exit(EXIT_NOT_EXACT)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, origin, description, knobs, error}.")
+@click.option("--markdown", is_flag=True, help="Print the README table of plugins and knobs.")
+def plugins(as_json, markdown):
+    """List every attention plugin: built-ins, installed (entry point group pyllama.attention), registered.
+
+    \b
+    Use one with --attention NAME[:ARGS]: positional values fill the knobs in order, key=value sets
+    one, a bare bool knob name sets it true (sliding:256, sink:4,252,shift, causal:positions=2048).
+    A class in a local file is path/to/file.py:ClassName[:ARGS].
+    """
+    from pyllama.attention.registry import plugin_infos, plugins_markdown
+
+    infos = plugin_infos()
+    if as_json:
+        click.echo(json.dumps([i.to_json() for i in infos]))
+        return
+    if markdown:
+        click.echo(plugins_markdown())
+        return
+    width = max([len(i.name) for i in infos] + [6])
+    for info in infos:
+        if info.error:
+            click.echo(f"{info.name:<{width}}  [{info.origin}] cannot be used: {info.error}")
+            continue
+        origin = "" if info.origin == "built-in" else f"  [{info.origin}]"
+        click.echo(f"{info.name:<{width}}  {info.description}{origin}")
+        for k in info.knobs:
+            click.echo(f"{'':<{width}}    {k.name:<10} {k.describe_range():<14} "
+                       f"default {k.describe_default():<8} {k.help}")
+    click.echo("\nUse: --attention NAME[:ARGS], e.g. sink:4,252,shift; a local class: path/to/file.py:ClassName[:ARGS]")
+
+
 if __name__ == "__main__":
     main()

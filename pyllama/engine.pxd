@@ -48,6 +48,10 @@ cdef class Engine:
     cdef readonly object logits_view
     cdef public object tracer
     cdef bint tracing
+    cdef float* capture                 # NULL, or [n_layers, q_dim]: each layer's attention output (set_capture)
+    cdef float* capture_hidden          # NULL, or [dim]: the final normed hidden state (set_capture)
+    cdef bint skip_logits               # set_capture(logits=False): the caller applies the classifier itself
+    cdef object _capture_bufs
 
     cdef int forward_c(self, int token, long long pos) except -1 nogil
     cdef int _trace(self, str name, int layer, const float* data, Py_ssize_t n) except -1

@@ -50,6 +50,9 @@ cdef class Engine:
         self.rope_cos = NULL
         self.rope_sin = NULL
         self.rope_scratch = NULL
+        self.capture = NULL
+        self.capture_hidden = NULL
+        self.skip_logits = False
 
     def __init__(self, config, weights, Attention attention, int n_threads=1):
         cdef int l, half
@@ -150,6 +153,34 @@ cdef class Engine:
         self.tracer = tracer
         self.tracing = tracer is not None
 
+    def set_capture(self, attention=None, hidden=None, bint logits=True):
+        """What each forward also hands out, for the diff harness (off by default; off, it costs a NULL
+        test per layer): ``attention`` float32[n_layers, q_dim] receives every layer's attention
+        output (the plugin's ``out``); ``hidden`` float32[dim] the final normed hidden state. With
+        ``logits=False`` the classifier is skipped: the caller computes the logits from ``hidden``
+        (teacher forcing multiplies a block of positions at once, with the same arithmetic)."""
+        cdef float[:, ::1] att_view
+        cdef float[::1] hid_view
+        self.capture = NULL
+        self.capture_hidden = NULL
+        self.skip_logits = False
+        self._capture_bufs = None
+        if attention is not None:
+            att_view = attention
+            if att_view.shape[0] != self.n_layers or att_view.shape[1] != self.q_dim:
+                raise ValueError(f"set_capture: attention must be float32 [{self.n_layers}, {self.q_dim}], "
+                                 f"got [{att_view.shape[0]}, {att_view.shape[1]}]")
+            self.capture = &att_view[0, 0]
+        if hidden is not None:
+            hid_view = hidden
+            if hid_view.shape[0] != self.dim:
+                raise ValueError(f"set_capture: hidden must be float32 [{self.dim}], got [{hid_view.shape[0]}]")
+            self.capture_hidden = &hid_view[0]
+        elif not logits:
+            raise ValueError("set_capture: logits=False needs a hidden buffer to hand out instead")
+        self.skip_logits = not logits
+        self._capture_bufs = (attention, hidden)
+
     cdef int _trace(self, str name, int layer, const float* data, Py_ssize_t n) except -1:
         arr = np.asarray(<const float[:n]>data).copy()
         self.tracer(name if layer < 0 else f"{name}-{layer}", arr)
@@ -196,6 +227,8 @@ cdef class Engine:
                     self._trace("Kcur", l, self.k, self.kv_dim)
                     self._trace("Vcur", l, self.v, self.kv_dim)
             self.attention.attend_c(l, pos, self.q, self.k, self.v, self.att_out)
+            if self.capture != NULL:
+                memcpy(self.capture + l * self.q_dim, self.att_out, self.q_dim * sizeof(float))
             matvec(self.xb2, &lw.wo, self.att_out, &self.qscratch, self.n_threads)
             add_inplace(x, self.xb2, self.dim)
             if self.tracing:
@@ -221,7 +254,10 @@ cdef class Engine:
                     self._trace("ffn_out", l, self.xb, self.dim)
                     self._trace("l_out", l, x, self.dim)
         rmsnorm(x, x, self.final_norm, self.dim, self.eps)
-        matvec(self.logits, &self.cls, x, &self.qscratch, self.n_threads)
+        if self.capture_hidden != NULL:
+            memcpy(self.capture_hidden, x, self.dim * sizeof(float))
+        if not self.skip_logits:
+            matvec(self.logits, &self.cls, x, &self.qscratch, self.n_threads)
         if self.tracing:
             with gil:
                 self._trace("result_norm", -1, x, self.dim)

@@ -91,13 +91,39 @@ class Model:
         if self._engine is not None:
             self._engine.reset()
 
+    def diff(
+        self,
+        a: str | Attention | None,
+        b: str | Attention | None,
+        probe=None,
+        text: str | None = None,
+        threads: int | None = None,
+        progress: bool | None = None,
+    ):
+        """Teacher-force a probe through plugins ``a`` and ``b`` (specs or instances) on these weights.
+
+        ``probe``: ``"standard"`` (the default), ``"stories"``, ``"long"``, ``"recall"``, a text file
+        path, a ``pyllama.diff.Probe`` or token ids; ``text``: a prompt string as the probe instead.
+        Returns a ``pyllama.diff.DiffReport`` (per-position numpy arrays, ``.summary``,
+        ``.to_pandas()``, ``.plot()``).
+        """
+        from pyllama.diff import run_diff
+        from pyllama.diff.probes import probe_from_text
+
+        if text is not None:
+            if probe is not None:
+                raise InputError("diff: give either probe= or text=, not both")
+            probe = probe_from_text(text, self._require_tokenizer(), name="prompt")
+        return run_diff(self, a, b, "standard" if probe is None else probe, threads=threads, progress=progress)
+
     # ---- text --------------------------------------------------------------------------------
     def _require_tokenizer(self):
         if self.tokenizer is None:
             raise TokenizerError(f"{self.path}: no tokenizer: pass one with tokenizer=... (-z on the CLI)")
         return self.tokenizer
 
-    def tokenize(self, text: str, bos: bool = True) -> list[int]:
+    def tokenize(self, text: str, bos: bool | None = None) -> list[int]:
+        """Token ids of ``text``; ``bos`` None: as the tokenizer says (llama2.c: always BOS)."""
         return list(self._require_tokenizer().encode(text, bos=bos, eos=False))
 
     def generate(
@@ -177,11 +203,13 @@ class Model:
 
 
 def _load_tokenizer_for(model_path: Path, tokenizer, vocab_size: int):
+    if tokenizer is None and not _is_gguf(model_path) and not model_path.with_name("tokenizer.bin").exists():
+        return None
     from pyllama.tokenizer import load_tokenizer
 
     if tokenizer is not None:
         return load_tokenizer(tokenizer, vocab_size=vocab_size)
-    if model_path.suffix == ".gguf" or _is_gguf(model_path):
+    if _is_gguf(model_path):
         return load_tokenizer(model_path, vocab_size=vocab_size)
     beside = model_path.with_name("tokenizer.bin")
     if beside.exists():

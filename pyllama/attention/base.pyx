@@ -18,11 +18,17 @@ Two ways to write a plugin, one interface:
 
 Both override ``init(config, pool)`` (allocate all state there), ``reset()`` (a new sequence; no
 reallocation) and ``memory_bytes()`` (the ledger: bytes of cache state held right now). Set
-``max_positions`` in ``__init__`` or ``init`` to run past the model's context; it defaults to the
-context (``config.seq_len``).
+``max_positions`` in ``__init__`` or ``init`` to run past the model's context (``UNBOUNDED`` for
+memory that does not grow); it defaults to the context (``config.seq_len``).
+
+A class declares ``description`` (one line) and ``knobs`` (its spec-string arguments, each a
+constructor keyword). ``pyllama.attention.registry`` checks all of this when a plugin is registered
+or loaded, and names the plugin and the problem when something is missing.
 """
 
-import numpy as np
+# max_positions of a plugin whose memory does not grow with the sequence (sliding, sink, ...):
+# the engine computes RoPE rows past its table on the fly, so any position works.
+UNBOUNDED = 1 << 62
 
 
 cdef class Attention:
@@ -30,6 +36,7 @@ cdef class Attention:
 
     name = "attention"  # the registry name; subclasses override
     description = ""  # one line for `pyllama plugins`
+    knobs = ()  # the spec-string arguments: a tuple of pyllama.attention.spec.Knob (constructor keywords)
 
     def __cinit__(self, *args, **kwargs):
         self.max_positions = 0
@@ -54,7 +61,9 @@ cdef class Attention:
         A Cython plugin gets this for free (it calls ``attend_c``); a Python plugin overrides it.
         """
         if not self.native:
-            raise NotImplementedError(f"{type(self).__name__} must override attend() (or be a native Cython plugin)")
+            raise NotImplementedError(
+                f"{type(self).__name__} must override attend() (or be a native Cython plugin)"
+            )
         cdef float[::1] qv = q
         cdef float[::1] kv = k
         cdef float[::1] vv = v
@@ -62,19 +71,29 @@ cdef class Attention:
         cfg = self.config
         if cfg is None:
             raise RuntimeError(f"{type(self).__name__}: attend() before init()")
-        if qv.shape[0] != cfg.q_dim or ov.shape[0] != cfg.q_dim or kv.shape[0] != cfg.kv_dim or vv.shape[0] != cfg.kv_dim:
+        if (qv.shape[0] != cfg.q_dim or ov.shape[0] != cfg.q_dim
+                or kv.shape[0] != cfg.kv_dim or vv.shape[0] != cfg.kv_dim):
             raise ValueError(
                 f"attend: expected q/out of {cfg.q_dim} and k/v of {cfg.kv_dim} floats, got "
                 f"{qv.shape[0]}, {kv.shape[0]}, {vv.shape[0]}, {ov.shape[0]}"
             )
         self.attend_c(layer, pos, &qv[0], &kv[0], &vv[0], &ov[0])
 
-    def _configure(self, config, pool, q, k, v, out):
-        """Called by the engine before ``init``: fills in what every plugin has."""
+    def _configure(self, config, pool, q=None, k=None, v=None, out=None):
+        """Called by the engine before ``init``: fills in what every plugin has.
+
+        ``q, k, v, out`` are the engine's buffers, handed to a Python ``attend`` as numpy views.
+        Without them (a plugin driven directly, e.g. wrapped inside another plugin or in a test),
+        ``attend`` is called with the caller's arrays only.
+        """
         self.config = config
         self.n_threads = pool.n_threads
         if self.max_positions <= 0:
             self.max_positions = config.seq_len
+        if q is None:
+            self._bound = None
+            self._bound_q = NULL
+            return
         self._bound = (q, k, v, out)
         cdef float[::1] qv = q
         self._bound_q = &qv[0]

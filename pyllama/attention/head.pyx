@@ -62,3 +62,53 @@ def attend_one_head(const float[::1] q, const float[:, ::1] keys, const float[:,
     cdef float[::1] ov = out
     attend_head(&q[0], <const float**>&kpv[0], <const float**>&vpv[0], bptr, n, hd, &sv[0], &ov[0])
     return out
+
+
+def attend_rows(config, const float[::1] q, const float[:, ::1] keys, const float[:, ::1] values,
+                float[::1] out, rows=None, bias=None):
+    """Every query head of one position over cached rows, with the shared routine (for Python plugins).
+
+    ``q``, ``out``: float32[n_heads * head_dim]; ``keys``, ``values``: float32[m, kv_dim] (e.g. one
+    layer of a plugin's cache); ``rows``: indices into them, in the order to attend (ascending
+    position; default: all m rows in order); ``bias``: float32 per attended row, added to the scores.
+    A Python plugin that chooses the same rows as ``causal`` gets bit-identical output through this.
+    """
+    cdef int n_heads = config.n_heads
+    cdef int hd = config.head_dim
+    cdef int kv_mul = config.kv_mul
+    if q.shape[0] != n_heads * hd or out.shape[0] != n_heads * hd:
+        raise ValueError(f"attend_rows: q and out must have {n_heads * hd} values, got {q.shape[0]} and {out.shape[0]}")
+    if keys.shape[1] != config.kv_dim or values.shape[1] != config.kv_dim or values.shape[0] != keys.shape[0]:
+        raise ValueError(f"attend_rows: keys and values must be [m, {config.kv_dim}] alike, got "
+                         f"{keys.shape[0]}x{keys.shape[1]} and {values.shape[0]}x{values.shape[1]}")
+    cdef Py_ssize_t m = keys.shape[0]
+    idx = np.arange(m, dtype=np.int64) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    cdef const long long[::1] iv = idx
+    cdef Py_ssize_t n = iv.shape[0]
+    cdef Py_ssize_t t
+    if n == 0:
+        raise ValueError("attend_rows: no rows to attend (the current position must be among them)")
+    for t in range(n):
+        if iv[t] < 0 or iv[t] >= m:
+            raise IndexError(f"attend_rows: row {iv[t]} is outside the {m} rows given")
+    cdef const float[::1] bv
+    cdef const float* bptr = NULL
+    if bias is not None:
+        bv = np.ascontiguousarray(bias, dtype=np.float32)
+        if bv.shape[0] != n:
+            raise ValueError(f"attend_rows: bias must have one value per attended row ({n}), got {bv.shape[0]}")
+        bptr = &bv[0]
+    kp = np.empty(n, dtype=np.uintp)
+    vp = np.empty(n, dtype=np.uintp)
+    scores = np.empty(n, dtype=np.float32)
+    cdef size_t[::1] kpv = kp
+    cdef size_t[::1] vpv = vp
+    cdef float[::1] sv = scores
+    cdef int h
+    with nogil:
+        for h in range(n_heads):
+            for t in range(n):
+                kpv[t] = <size_t>&keys[iv[t], (h // kv_mul) * hd]
+                vpv[t] = <size_t>&values[iv[t], (h // kv_mul) * hd]
+            attend_head(&q[0] + h * hd, <const float**>&kpv[0], <const float**>&vpv[0], bptr, n, hd,
+                        &sv[0], &out[0] + h * hd)

@@ -1,0 +1,359 @@
+"""``lattice``: sinks + an exact window + a dyadic multi-resolution summary of the rest of the past.
+
+Log-Linear Attention (Guo et al. 2025, arXiv 2506.04761) splits the prefix into a Fenwick-tree
+partition: segments whose size doubles with their distance from the query. H-Transformer-1D (Zhu &
+Soricut 2021, arXiv 2107.11906) attends coarsely to far context and finely to near context. Here
+the coarse segments are summaries, as in the Compressive Transformer and ToMe: beyond the first
+``sinks`` positions and the last ``window`` ones the past is held as *buckets*, each a summary
+(mean key, mean value, count) attended as one row with a ``log(count)`` bias added to its score, so
+a bucket weighs like ``count`` copies of its mean key.
+
+Buckets form like the carries of a binary counter. Tokens leaving the window wait, exact, in a
+staging area; when ``base`` of them have gathered they become one level-0 bucket of ``base``
+tokens. A new bucket that meets an existing bucket of its level merges with it (count-weighted
+means) into one bucket of the next level, and so on, so at most one bucket per level remains, level
+l holding ``base * 2**l`` tokens, older levels higher. After ``n`` tokens have left the window the
+bucket sizes are the binary representation of ``n // base`` (in units of ``base``) and
+``n % base`` tokens are staged. ``levels`` caps the number of buckets: a carry that reaches the
+top level merges into it, so the oldest bucket absorbs everything older.
+
+State, allocated once in ``init`` (numpy owns the memory), keys and values each: float32 sink rows
+``[n_layers, sinks, kv_dim]``, a window ring ``[n_layers, window, kv_dim]`` (position t >= sinks in
+row ``(t - sinks) % window``), a staging area ``[n_layers, base, kv_dim]`` and one summary row per
+level ``[n_layers, 62, kv_dim]`` with its count. Memory is O(sinks + window + base + log t), so
+``max_positions`` is unbounded.
+
+Positions. Without ``shift`` every key keeps the position it was rotated with, so past the trained
+context the query meets distances it never saw in training. With ``shift`` positions are assigned
+inside the memory, as StreamingLLM does for its cache (``sink:s,w,shift``): the rows sit at
+consecutive positions ending at the query, so no distance exceeds the number of rows. The exact
+tail (staged tokens and window) is contiguous, so it stays where it is; each bucket summary is
+re-rotated so that the middle of its span lands on its row's position (RoPE is linear, so rotating
+a mean key rotates every key it averages), and the sink keys move forward like StreamingLLM's. That
+is a few RoPE rows per step on copies, O(sinks + log t) work.
+
+Every step attends, per query head, with the shared routine over sinks, buckets (oldest first),
+staged tokens and the window: ascending position order. With ``sinks + window`` >= the sequence
+length nothing leaves the window and this is ``causal`` bit for bit.
+"""
+
+from cython.parallel cimport prange
+from libc.math cimport logf
+from libc.string cimport memcpy
+
+import numpy as np
+
+from pyllama.attention.base cimport Attention
+from pyllama.attention.head cimport attend_head
+from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
+
+from pyllama.attention.base import UNBOUNDED
+from pyllama.attention.spec import Knob
+
+DEF MAX_LEVELS = 62  # base * 2**62 tokens: more than any sequence
+
+
+cdef class Lattice(Attention):
+    name = "lattice"
+    description = ("sinks + exact window + dyadic buckets of the past (size doubles with age, "
+                   "log(count) bias; Log-Linear Attention): memory O(log t)")
+    knobs = (
+        Knob("sinks", int, 4, "first positions always kept exact (attention sinks)", min=0),
+        Knob("window", int, 64, "most recent positions kept exact, the current one included", min=1),
+        Knob("base", int, 8, "tokens in a level-0 bucket; a level-l bucket holds base * 2^l", min=1),
+        Knob("levels", int, 0, "at most this many buckets, the oldest absorbing the rest; 0 = no cap",
+             min=0, max=MAX_LEVELS),
+        Knob("shift", bool, False, "assign positions inside the memory (StreamingLLM); off: original positions"),
+    )
+
+    cdef object _sink_k, _sink_v, _ring_k, _ring_v, _stage_k, _stage_v, _buck_k, _buck_v, _buck_n
+    cdef object _counts, _carry, _bias, _scores, _kptr, _vptr, _shifted, _rope_cs
+    cdef float* sink_k       # [n_layers, sinks, kv_dim]
+    cdef float* sink_v
+    cdef float* ring_k       # [n_layers, window, kv_dim]: position t >= sinks in row (t - sinks) % window
+    cdef float* ring_v
+    cdef float* stage_k      # [n_layers, base, kv_dim]: exact tokens waiting to form a level-0 bucket
+    cdef float* stage_v
+    cdef float* buck_k       # [n_layers, MAX_LEVELS, kv_dim]: mean key of the bucket of each level
+    cdef float* buck_v
+    cdef long long* buck_n   # [n_layers, MAX_LEVELS]: tokens in it (0: no bucket at that level)
+    cdef long long* length   # [n_layers]: positions seen by each layer
+    cdef long long* n_stage  # [n_layers]
+    cdef double* carry       # [2, kv_dim]: the bucket being carried upwards (key mean, value mean)
+    cdef float* bias         # [rows]: this step's per-row score bias (0 exact, log(count) bucket)
+    cdef float* shifted      # [sinks + MAX_LEVELS, kv_dim] this step's re-rotated sink and bucket keys (shift)
+    cdef float* rope_cos     # [n_rot / 2] a RoPE row (shift)
+    cdef float* rope_sin
+    cdef RopeSpec rope
+    cdef float* scores       # [n_heads, rows]
+    cdef const float** kptr  # [n_heads, rows] rows gathered for the shared routine
+    cdef const float** vptr
+    cdef readonly long long sinks, window, base
+    cdef readonly int levels
+    cdef readonly bint shift
+    cdef int cap             # levels in use (MAX_LEVELS when uncapped)
+    cdef long long rows      # the most rows one step attends
+    cdef int n_layers, n_heads, n_kv_heads, head_dim, kv_dim, kv_mul
+
+    def __cinit__(self, *args, **kwargs):
+        self.native = True
+
+    def __init__(self, sinks: int = 4, window: int = 64, base: int = 8, levels: int = 0, shift: bool = False):
+        if sinks < 0:
+            raise ValueError(f"lattice: sinks must be >= 0, got {sinks}")
+        if window < 1:
+            raise ValueError(f"lattice: window must be >= 1 (the current position is always attended), got {window}")
+        if base < 1:
+            raise ValueError(f"lattice: base must be >= 1, got {base}")
+        if not 0 <= levels <= MAX_LEVELS:
+            raise ValueError(f"lattice: levels must be in [0, {MAX_LEVELS}] (0: no cap), got {levels}")
+        self.sinks = sinks
+        self.window = window
+        self.base = base
+        self.levels = levels
+        self.shift = shift
+        self.cap = levels if levels > 0 else MAX_LEVELS
+        self.max_positions = UNBOUNDED
+
+    def init(self, config, pool):
+        cdef long long S = self.sinks, W = self.window, B = self.base
+        L, kv = config.n_layers, config.kv_dim
+        self.n_layers = L
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.n_kv_heads
+        self.head_dim = config.head_dim
+        self.kv_dim = kv
+        self.kv_mul = config.kv_mul
+        self.rows = S + MAX_LEVELS + B + W
+        self._sink_k = np.zeros((L, max(S, 1), kv), dtype=np.float32)
+        self._sink_v = np.zeros((L, max(S, 1), kv), dtype=np.float32)
+        self._ring_k = np.zeros((L, W, kv), dtype=np.float32)
+        self._ring_v = np.zeros((L, W, kv), dtype=np.float32)
+        self._stage_k = np.zeros((L, B, kv), dtype=np.float32)
+        self._stage_v = np.zeros((L, B, kv), dtype=np.float32)
+        self._buck_k = np.zeros((L, MAX_LEVELS, kv), dtype=np.float32)
+        self._buck_v = np.zeros((L, MAX_LEVELS, kv), dtype=np.float32)
+        self._buck_n = np.zeros((L, MAX_LEVELS), dtype=np.int64)
+        self._counts = np.zeros((2, L), dtype=np.int64)
+        self._carry = np.zeros((2, kv), dtype=np.float64)
+        self._bias = np.zeros(self.rows, dtype=np.float32)
+        self._shifted = np.zeros((S + MAX_LEVELS, kv), dtype=np.float32)
+        self._rope_cs = np.zeros((2, max(config.n_rot // 2, 1)), dtype=np.float32)
+        self.rope = rope_spec_of(config)
+        self._scores = np.zeros((config.n_heads, self.rows), dtype=np.float32)
+        self._kptr = np.zeros((config.n_heads, self.rows), dtype=np.uintp)
+        self._vptr = np.zeros((config.n_heads, self.rows), dtype=np.uintp)
+        self.sink_k = <float*><size_t>self._sink_k.ctypes.data
+        self.sink_v = <float*><size_t>self._sink_v.ctypes.data
+        self.ring_k = <float*><size_t>self._ring_k.ctypes.data
+        self.ring_v = <float*><size_t>self._ring_v.ctypes.data
+        self.stage_k = <float*><size_t>self._stage_k.ctypes.data
+        self.stage_v = <float*><size_t>self._stage_v.ctypes.data
+        self.buck_k = <float*><size_t>self._buck_k.ctypes.data
+        self.buck_v = <float*><size_t>self._buck_v.ctypes.data
+        self.buck_n = <long long*><size_t>self._buck_n.ctypes.data
+        self.length = <long long*><size_t>self._counts.ctypes.data
+        self.n_stage = self.length + self.n_layers
+        self.carry = <double*><size_t>self._carry.ctypes.data
+        self.bias = <float*><size_t>self._bias.ctypes.data
+        self.shifted = <float*><size_t>self._shifted.ctypes.data
+        self.rope_cos = <float*><size_t>self._rope_cs.ctypes.data
+        self.rope_sin = self.rope_cos + <Py_ssize_t>self._rope_cs.shape[1]
+        self.scores = <float*><size_t>self._scores.ctypes.data
+        self.kptr = <const float**><size_t>self._kptr.ctypes.data
+        self.vptr = <const float**><size_t>self._vptr.ctypes.data
+
+    def reset(self):
+        if self._counts is not None:
+            self._counts[...] = 0
+            self._buck_n[...] = 0
+
+    def memory_bytes(self):
+        # exact rows (sinks, window, staged) and bucket summaries (mean key, mean value, int64 count)
+        if self._counts is None:
+            return 0
+        row = 2 * self.kv_dim * 4
+        total = 0
+        for layer in range(self.n_layers):
+            t = int(self._counts[0, layer])
+            exact = min(t, self.sinks) + min(max(t - self.sinks, 0), self.window) + int(self._counts[1, layer])
+            buckets = int(np.count_nonzero(self._buck_n[layer]))
+            total += exact * row + buckets * (row + 8)
+        return total
+
+    # ---- introspection (tests, experiments) ---------------------------------------------------------
+    def bucket_sizes(self, int layer, int kv_head=0):
+        """Token counts of the buckets of ``layer``, oldest first (the same for every KV head)."""
+        self._check_layer(layer, kv_head)
+        return [int(n) for n in self._buck_n[layer][::-1] if n > 0]
+
+    def staged(self, int layer):
+        """Tokens that left the window and wait, exact, for the next level-0 bucket."""
+        self._check_layer(layer, 0)
+        return int(self._counts[1, layer])
+
+    def buckets(self, int layer, int kv_head=0):
+        """``(mean keys [n, head_dim], mean values [n, head_dim], counts [n])`` of ``layer``'s buckets
+        for one KV head, oldest first (copies)."""
+        self._check_layer(layer, kv_head)
+        lv = np.nonzero(self._buck_n[layer])[0][::-1]
+        sl = slice(kv_head * self.head_dim, (kv_head + 1) * self.head_dim)
+        return (self._buck_k[layer, lv, sl].copy(), self._buck_v[layer, lv, sl].copy(),
+                self._buck_n[layer, lv].copy())
+
+    def _check_layer(self, layer, kv_head):
+        if self._counts is None:
+            raise RuntimeError("lattice: not initialised (bind it to a model or call init first)")
+        if not 0 <= layer < self.n_layers or not 0 <= kv_head < self.kv_dim // self.head_dim:
+            raise IndexError(f"lattice: layer {layer} / KV head {kv_head} out of range")
+
+    # ---- the step -----------------------------------------------------------------------------------
+    cdef void _push_bucket(self, int layer, long long count) noexcept nogil:
+        """Add the level-0 bucket in ``carry`` (means, ``count`` tokens) and propagate the carries."""
+        cdef Py_ssize_t kv = self.kv_dim, i
+        cdef int lvl = 0
+        cdef long long n_old, n_new
+        cdef float* mk
+        cdef float* mv
+        cdef double* ck = self.carry
+        cdef double* cv = self.carry + kv
+        while True:
+            n_old = self.buck_n[layer * MAX_LEVELS + lvl]
+            mk = self.buck_k + (layer * MAX_LEVELS + lvl) * kv
+            mv = self.buck_v + (layer * MAX_LEVELS + lvl) * kv
+            if n_old > 0:  # the older bucket of this level merges with the carry (count-weighted means)
+                n_new = n_old + count
+                for i in range(kv):
+                    ck[i] = (mk[i] * <double>n_old + ck[i] * <double>count) / <double>n_new
+                    cv[i] = (mv[i] * <double>n_old + cv[i] * <double>count) / <double>n_new
+                count = n_new
+                self.buck_n[layer * MAX_LEVELS + lvl] = 0
+            if n_old == 0 or lvl == self.cap - 1:
+                break
+            lvl += 1
+        for i in range(kv):
+            mk[i] = <float>ck[i]
+            mv[i] = <float>cv[i]
+        self.buck_n[layer * MAX_LEVELS + lvl] = count
+
+    cdef void _leave_window(self, int layer, const float* key, const float* value) noexcept nogil:
+        """One token leaves the window: stage it; ``base`` staged tokens become a level-0 bucket."""
+        cdef Py_ssize_t kv = self.kv_dim, i
+        cdef long long B = self.base, j, ns = self.n_stage[layer]
+        cdef const float* sk = self.stage_k + layer * B * kv
+        cdef const float* sv = self.stage_v + layer * B * kv
+        memcpy(self.stage_k + (layer * B + ns) * kv, key, kv * sizeof(float))
+        memcpy(self.stage_v + (layer * B + ns) * kv, value, kv * sizeof(float))
+        ns += 1
+        if ns < B:
+            self.n_stage[layer] = ns
+            return
+        for i in range(kv):
+            self.carry[i] = 0.0
+            self.carry[kv + i] = 0.0
+        for j in range(B):
+            for i in range(kv):
+                self.carry[i] += sk[j * kv + i]
+                self.carry[kv + i] += sv[j * kv + i]
+        for i in range(2 * kv):
+            self.carry[i] /= <double>B
+        self.n_stage[layer] = 0
+        self._push_bucket(layer, B)
+
+    cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
+        if pos != self.length[layer]:
+            with gil:
+                raise IndexError(f"lattice: layer {layer} expected position {self.length[layer]}, got {pos} "
+                                 "(positions are fed in order from 0; reset() starts a new sequence)")
+        cdef long long S = self.sinks, W = self.window, B = self.base, R = self.rows
+        cdef Py_ssize_t kv = self.kv_dim
+        cdef Py_ssize_t row
+        if pos < S:
+            row = (layer * S + pos) * kv
+            memcpy(self.sink_k + row, k, kv * sizeof(float))
+            memcpy(self.sink_v + row, v, kv * sizeof(float))
+        else:
+            row = (layer * W + (pos - S) % W) * kv
+            if pos >= S + W:  # position pos - W leaves the window: its row is the one pos overwrites
+                self._leave_window(layer, self.ring_k + row, self.ring_v + row)
+            memcpy(self.ring_k + row, k, kv * sizeof(float))
+            memcpy(self.ring_v + row, v, kv * sizeof(float))
+        self.length[layer] = pos + 1
+
+        # rows, ascending in position: sinks, buckets (oldest = highest level first), staged, window
+        cdef long long n_sink = pos + 1 if pos + 1 < S else S
+        cdef long long ring_start = pos + 1 - W if pos + 1 - W > S else S
+        cdef long long n_ring = pos + 1 - ring_start if pos >= S else 0
+        cdef long long ns = self.n_stage[layer]
+        cdef long long n_buck = 0, n, i
+        cdef int lvl
+        for lvl in range(self.cap - 1, -1, -1):
+            if self.buck_n[layer * MAX_LEVELS + lvl] > 0:
+                self.bias[n_sink + n_buck] = logf(<float>self.buck_n[layer * MAX_LEVELS + lvl])
+                n_buck += 1
+        if n_buck > 0:
+            for row in range(n_sink):
+                self.bias[row] = 0.0
+            for row in range(n_sink + n_buck, n_sink + n_buck + ns + n_ring):
+                self.bias[row] = 0.0
+        n = n_sink + n_buck + ns + n_ring
+        cdef const float* bias = self.bias if n_buck > 0 else NULL
+
+        # shift: the rows before the exact tail move to the positions just before it
+        cdef const float* sink_keys = self.sink_k + layer * S * kv
+        cdef const float* buck_keys[MAX_LEVELS]
+        cdef long long offset = (pos + 1 - ns - n_ring) - n_sink - n_buck
+        cdef long long start, count, b = 0
+        if self.shift and offset != 0:
+            if n_sink > 0:
+                rope_row(&self.rope, offset, self.rope_cos, self.rope_sin)
+                memcpy(self.shifted, sink_keys, n_sink * kv * sizeof(float))
+                for i in range(n_sink):
+                    rope_apply(&self.rope, self.shifted + i * kv, self.n_kv_heads, self.rope_cos, self.rope_sin)
+                sink_keys = self.shifted
+            start = S  # the oldest bucket starts right after the sinks
+            for lvl in range(self.cap - 1, -1, -1):
+                count = self.buck_n[layer * MAX_LEVELS + lvl]
+                if count == 0:
+                    continue
+                # the middle of positions start .. start + count - 1 goes to row n_sink + b
+                rope_row(&self.rope, n_sink + b + offset - (start + (count - 1) // 2), self.rope_cos, self.rope_sin)
+                memcpy(self.shifted + (S + b) * kv, self.buck_k + (layer * MAX_LEVELS + lvl) * kv, kv * sizeof(float))
+                rope_apply(&self.rope, self.shifted + (S + b) * kv, self.n_kv_heads, self.rope_cos, self.rope_sin)
+                buck_keys[b] = self.shifted + (S + b) * kv
+                start += count
+                b += 1
+        else:
+            for lvl in range(self.cap - 1, -1, -1):
+                if self.buck_n[layer * MAX_LEVELS + lvl] > 0:
+                    buck_keys[b] = self.buck_k + (layer * MAX_LEVELS + lvl) * kv
+                    b += 1
+
+        cdef int h
+        cdef long long j
+        cdef Py_ssize_t off
+        cdef const float** kp
+        cdef const float** vp
+        for h in prange(self.n_heads, schedule="static", num_threads=self.n_threads):
+            off = (h // self.kv_mul) * self.head_dim
+            kp = self.kptr + h * R
+            vp = self.vptr + h * R
+            for i in range(n_sink):
+                kp[i] = sink_keys + i * kv + off
+                vp[i] = self.sink_v + (layer * S + i) * kv + off
+            j = n_sink
+            for lvl in range(self.cap - 1, -1, -1):
+                if self.buck_n[layer * MAX_LEVELS + lvl] > 0:
+                    kp[j] = buck_keys[j - n_sink] + off
+                    vp[j] = self.buck_v + (layer * MAX_LEVELS + lvl) * kv + off
+                    j = j + 1
+            for i in range(ns):
+                kp[j + i] = self.stage_k + (layer * B + i) * kv + off
+                vp[j + i] = self.stage_v + (layer * B + i) * kv + off
+            j = j + ns
+            for i in range(n_ring):  # ascending positions ring_start .. pos
+                kp[j + i] = self.ring_k + (layer * W + (ring_start + i - S) % W) * kv + off
+                vp[j + i] = self.ring_v + (layer * W + (ring_start + i - S) % W) * kv + off
+            attend_head(q + h * self.head_dim, kp, vp, bias, n, self.head_dim, self.scores + h * R,
+                        out + h * self.head_dim)
+        return 0

@@ -1,0 +1,164 @@
+"""``sink:s,w[,shift]``: the first s positions (attention sinks) plus the last w (StreamingLLM).
+
+Xiao et al., "Efficient Streaming Language Models with Attention Sinks" (2023): keeping the first
+few tokens, on which softmax attention dumps its surplus weight, next to a recent window lets a
+model run far past its trained context with a fixed cache. State, allocated once in ``init``:
+float32 sink rows ``[n_layers, s, kv_dim]`` and a ring buffer ``[n_layers, w, kv_dim]`` (position
+t >= s in row ``(t - s) % w``), keys and values each. Memory is flat once s + w positions are held.
+
+Positions. Without ``shift`` every key keeps the position it was rotated with (its place in the
+text). With ``shift`` positions are assigned inside the cache, as the paper does: the cached keys
+sit at 0 .. n-1 and the query at n-1. RoPE scores depend only on the distance between query and
+key, and the window is contiguous, so that is the same as leaving the window's keys and the query
+where they are and moving the s sink keys forward by the number of evicted positions
+(``delta = first_window_position - s``): each step re-rotates a copy of the s sink keys by
+``delta`` (``rope_rotate_delta``'s arithmetic, one RoPE row per step), O(s) work instead of
+re-rotating the whole window.
+
+Rows are gathered in ascending position order (sinks, then window) and attended by the shared
+routine: with s + w >= the sequence length this is ``causal`` bit for bit (nothing is evicted, so
+``shift`` changes nothing either), and ``sink:0,w`` is ``sliding:w``.
+"""
+
+from cython.parallel cimport prange
+from libc.string cimport memcpy
+
+import numpy as np
+
+from pyllama.attention.base cimport Attention
+from pyllama.attention.head cimport attend_head
+from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
+
+from pyllama.attention.base import UNBOUNDED
+from pyllama.attention.spec import Knob
+
+
+cdef class Sink(Attention):
+    name = "sink"
+    description = "first s positions (attention sinks) + last w (StreamingLLM); shift re-assigns positions"
+    knobs = (
+        Knob("sinks", int, 4, "first positions always kept (attention sinks)", min=0),
+        Knob("window", int, 252, "most recent positions kept, the current one included", min=1),
+        Knob("shift", bool, False, "assign positions inside the cache (StreamingLLM); off: original positions"),
+    )
+
+    cdef object _sink_k, _sink_v, _ring_k, _ring_v, _shifted, _rope_cs, _scores, _kptr, _vptr
+    cdef float* sink_k        # [n_layers, sinks, kv_dim]
+    cdef float* sink_v
+    cdef float* ring_k        # [n_layers, window, kv_dim]: position t >= sinks in row (t - sinks) % window
+    cdef float* ring_v
+    cdef float* shifted       # [sinks, kv_dim] this step's sink keys moved by delta (shift only)
+    cdef float* rope_cos      # [n_rot / 2] RoPE row of delta
+    cdef float* rope_sin
+    cdef float* scores        # [n_heads, sinks + window]
+    cdef const float** kptr   # [n_heads, sinks + window] rows gathered for the shared routine
+    cdef const float** vptr
+    cdef RopeSpec rope
+    cdef readonly long long sinks, window
+    cdef readonly bint shift
+    cdef long long length     # positions seen (after the last call)
+    cdef int n_layers, n_heads, n_kv_heads, head_dim, kv_dim, kv_mul
+
+    def __cinit__(self, *args, **kwargs):
+        self.native = True
+
+    def __init__(self, sinks: int = 4, window: int = 252, shift: bool = False):
+        if sinks < 0:
+            raise ValueError(f"sink: sinks must be >= 0, got {sinks}")
+        if window < 1:
+            raise ValueError(f"sink: window must be >= 1 (the current position is always attended), got {window}")
+        self.sinks = sinks
+        self.window = window
+        self.shift = shift
+        self.max_positions = UNBOUNDED
+
+    def init(self, config, pool):
+        cdef long long S = self.sinks, W = self.window, C = self.sinks + self.window
+        self.n_layers = config.n_layers
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.n_kv_heads
+        self.head_dim = config.head_dim
+        self.kv_dim = config.kv_dim
+        self.kv_mul = config.kv_mul
+        self.rope = rope_spec_of(config)
+        # numpy owns the memory (max(…, 1): a valid pointer even for sinks=0)
+        self._sink_k = np.zeros((config.n_layers, max(S, 1), config.kv_dim), dtype=np.float32)
+        self._sink_v = np.zeros((config.n_layers, max(S, 1), config.kv_dim), dtype=np.float32)
+        self._ring_k = np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32)
+        self._ring_v = np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32)
+        self._shifted = np.zeros((max(S, 1), config.kv_dim), dtype=np.float32)
+        self._rope_cs = np.zeros((2, max(config.n_rot // 2, 1)), dtype=np.float32)
+        self._scores = np.zeros((config.n_heads, C), dtype=np.float32)
+        self._kptr = np.zeros((config.n_heads, C), dtype=np.uintp)
+        self._vptr = np.zeros((config.n_heads, C), dtype=np.uintp)
+        self.sink_k = <float*><size_t>self._sink_k.ctypes.data
+        self.sink_v = <float*><size_t>self._sink_v.ctypes.data
+        self.ring_k = <float*><size_t>self._ring_k.ctypes.data
+        self.ring_v = <float*><size_t>self._ring_v.ctypes.data
+        self.shifted = <float*><size_t>self._shifted.ctypes.data
+        self.rope_cos = <float*><size_t>self._rope_cs.ctypes.data
+        self.rope_sin = self.rope_cos + <Py_ssize_t>self._rope_cs.shape[1]
+        self.scores = <float*><size_t>self._scores.ctypes.data
+        self.kptr = <const float**><size_t>self._kptr.ctypes.data
+        self.vptr = <const float**><size_t>self._vptr.ctypes.data
+        self.length = 0
+
+    def reset(self):
+        self.length = 0
+
+    def memory_bytes(self):
+        # keys and values of the sink rows and window rows in use, all layers
+        cdef long long held = min(self.length, self.sinks) + min(max(self.length - self.sinks, 0), self.window)
+        return int(2 * self.n_layers * held * self.kv_dim * 4)
+
+    cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
+        if pos < 0:
+            with gil:
+                raise IndexError(f"sink: negative position {pos}")
+        cdef long long S = self.sinks, W = self.window, C = self.sinks + self.window
+        cdef Py_ssize_t kv = self.kv_dim
+        cdef Py_ssize_t row
+        if pos < S:
+            row = (layer * S + pos) * kv
+            memcpy(self.sink_k + row, k, kv * sizeof(float))
+            memcpy(self.sink_v + row, v, kv * sizeof(float))
+        else:
+            row = (layer * W + (pos - S) % W) * kv
+            memcpy(self.ring_k + row, k, kv * sizeof(float))
+            memcpy(self.ring_v + row, v, kv * sizeof(float))
+        self.length = pos + 1
+
+        # kept: sinks 0 .. n_sink-1, then the window ring_start .. pos
+        cdef long long n_sink = pos + 1 if pos + 1 < S else S
+        cdef long long ring_start = pos + 1 - W if pos + 1 - W > S else S
+        cdef long long n_ring = pos + 1 - ring_start if pos >= S else 0
+        cdef long long n = n_sink + n_ring
+        cdef long long delta = ring_start - S if self.shift else 0
+        cdef const float* sink_keys = self.sink_k + layer * S * kv
+        cdef long long j
+        if delta > 0 and n_sink > 0:
+            # StreamingLLM positions: sink keys move forward by the evicted count (see the module docstring)
+            rope_row(&self.rope, delta, self.rope_cos, self.rope_sin)
+            memcpy(self.shifted, sink_keys, n_sink * kv * sizeof(float))
+            for j in range(n_sink):
+                rope_apply(&self.rope, self.shifted + j * kv, self.n_kv_heads, self.rope_cos, self.rope_sin)
+            sink_keys = self.shifted
+
+        cdef int h
+        cdef long long i
+        cdef Py_ssize_t off
+        cdef const float* ring_kbase
+        cdef const float* ring_vbase
+        for h in prange(self.n_heads, schedule="static", num_threads=self.n_threads):
+            off = (h // self.kv_mul) * self.head_dim
+            for i in range(n_sink):
+                self.kptr[h * C + i] = sink_keys + i * kv + off
+                self.vptr[h * C + i] = self.sink_v + (layer * S + i) * kv + off
+            ring_kbase = self.ring_k + layer * W * kv + off
+            ring_vbase = self.ring_v + layer * W * kv + off
+            for i in range(n_ring):  # ascending positions ring_start .. pos
+                self.kptr[h * C + n_sink + i] = ring_kbase + ((ring_start + i - S) % W) * kv
+                self.vptr[h * C + n_sink + i] = ring_vbase + ((ring_start + i - S) % W) * kv
+            attend_head(q + h * self.head_dim, self.kptr + h * C, self.vptr + h * C, NULL, n,
+                        self.head_dim, self.scores + h * C, out + h * self.head_dim)
+        return 0

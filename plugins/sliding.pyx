@@ -1,0 +1,100 @@
+"""``sliding:N``: exact attention over the last N positions (the current one included).
+
+The cache is a ring buffer of N rows per layer: float32 ``[n_layers, window, kv_dim]`` keys and
+values, allocated once in ``init``; position t lives in row ``t % window``. Memory stops growing
+after N positions, so the plugin runs at any length (``max_positions`` is unbounded; the engine
+computes RoPE rows past the trained context on the fly).
+
+Rows are gathered in ascending position order and attended by the shared routine, so with
+N >= the sequence length this is ``causal`` bit for bit, and ``sink:0,N`` is ``sliding:N``.
+"""
+
+from cython.parallel cimport prange
+from libc.string cimport memcpy
+
+import numpy as np
+
+from pyllama.attention.base cimport Attention
+from pyllama.attention.head cimport attend_head
+
+from pyllama.attention.base import UNBOUNDED
+from pyllama.attention.spec import Knob
+
+
+cdef class Sliding(Attention):
+    name = "sliding"
+    description = "the last N positions (ring buffer): memory stays flat however long the sequence"
+    knobs = (
+        Knob("window", int, 256, "positions kept, the current one included", min=1),
+    )
+
+    cdef object _keys, _values, _scores, _kptr, _vptr
+    cdef float* keys         # [n_layers, window, kv_dim] ring buffer: position t in row t % window
+    cdef float* values
+    cdef float* scores       # [n_heads, window]
+    cdef const float** kptr  # [n_heads, window] rows gathered for the shared routine
+    cdef const float** vptr
+    cdef readonly long long window
+    cdef long long length    # positions seen (after the last call)
+    cdef int n_layers, n_heads, head_dim, kv_dim, kv_mul
+
+    def __cinit__(self, *args, **kwargs):
+        self.native = True
+
+    def __init__(self, window: int = 256):
+        if window < 1:
+            raise ValueError(f"sliding: window must be >= 1, got {window}")
+        self.window = window
+        self.max_positions = UNBOUNDED
+
+    def init(self, config, pool):
+        cdef long long W = self.window
+        self.n_layers = config.n_layers
+        self.n_heads = config.n_heads
+        self.head_dim = config.head_dim
+        self.kv_dim = config.kv_dim
+        self.kv_mul = config.kv_mul
+        self._keys = np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32)
+        self._values = np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32)
+        self._scores = np.zeros((config.n_heads, W), dtype=np.float32)
+        self._kptr = np.zeros((config.n_heads, W), dtype=np.uintp)
+        self._vptr = np.zeros((config.n_heads, W), dtype=np.uintp)
+        self.keys = <float*><size_t>self._keys.ctypes.data
+        self.values = <float*><size_t>self._values.ctypes.data
+        self.scores = <float*><size_t>self._scores.ctypes.data
+        self.kptr = <const float**><size_t>self._kptr.ctypes.data
+        self.vptr = <const float**><size_t>self._vptr.ctypes.data
+        self.length = 0
+
+    def reset(self):
+        self.length = 0
+
+    def memory_bytes(self):
+        # keys and values of the rows in use, all layers
+        return int(2 * self.n_layers * min(self.length, self.window) * self.kv_dim * 4)
+
+    cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
+        if pos < 0:
+            with gil:
+                raise IndexError(f"sliding: negative position {pos}")
+        cdef long long W = self.window
+        cdef Py_ssize_t layer_base = layer * W * self.kv_dim
+        cdef Py_ssize_t row = layer_base + (pos % W) * self.kv_dim
+        memcpy(self.keys + row, k, self.kv_dim * sizeof(float))
+        memcpy(self.values + row, v, self.kv_dim * sizeof(float))
+        self.length = pos + 1
+        cdef long long n = pos + 1 if pos + 1 < W else W
+        cdef long long start = pos + 1 - n
+        cdef int h
+        cdef long long i
+        cdef const float* kbase
+        cdef const float* vbase
+        for h in prange(self.n_heads, schedule="static", num_threads=self.n_threads):
+            kbase = self.keys + layer_base + (h // self.kv_mul) * self.head_dim
+            vbase = self.values + layer_base + (h // self.kv_mul) * self.head_dim
+            for i in range(n):  # ascending positions start .. pos
+                self.kptr[h * W + i] = kbase + ((start + i) % W) * self.kv_dim
+                self.vptr[h * W + i] = vbase + ((start + i) % W) * self.kv_dim
+            attend_head(q + h * self.head_dim, self.kptr + h * W, self.vptr + h * W, NULL, n,
+                        self.head_dim, self.scores + h * W, out + h * self.head_dim)
+        return 0

@@ -1,0 +1,261 @@
+"""Teacher forcing through two plugins that share one set of weights.
+
+Both engines see the same tokens at the same positions: every sequence of the probe is fed from
+position 0 after a reset, one ``forward`` per position, so each plugin receives exactly the calls
+generation would make. Each engine copies its per-layer attention output and its final hidden
+state into capture buffers (``Engine.set_capture``) and skips its classifier: the logits of a
+block of positions are computed afterwards by ``classify_block``, the same per-element arithmetic
+with the classifier read once per block (bit-identical to ``Engine.forward``'s logits; the tests
+check it). With two or more threads the two engines run a block concurrently, half the thread
+budget each (a native plugin's forward releases the GIL; a Python plugin holds it only inside its
+``attend``). Each side turns its block of logits into float64 log-probabilities; the comparison
+metrics are a few numpy calls per block.
+
+A sequence longer than one plugin's ``max_positions`` is compared over the positions both hold,
+and the report says so.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from pyllama.attention.base import Attention
+from pyllama.attention.registry import create_plugin
+from pyllama.diff import metrics
+from pyllama.diff._block import classify_block
+from pyllama.diff.probes import Probe, load_probe
+from pyllama.diff.report import DiffReport, RecallRow, SegmentInfo
+from pyllama.engine import Engine
+from pyllama.errors import InputError, PluginError, PyllamaError
+
+BLOCK = 64  # positions per block, at most: a block holds block x vocab float64 values a few times per side
+BLOCK_VALUES = 1 << 21  # so the block shrinks for large vocabularies (Qwen2's 151,936 -> 13 positions)
+PROGRESS_MIN_POSITIONS = 2000  # show a progress bar (on a terminal) for probes at least this long
+
+
+def plugin_label(spec) -> str:
+    """How a plugin is named in a report: its spec string, or for an instance its registry name or class."""
+    if isinstance(spec, Attention):
+        name = getattr(type(spec), "name", "")
+        return name if name and name != Attention.name else type(spec).__name__
+    return "causal" if spec is None else str(spec)
+
+
+class _Side:
+    """One engine with its block buffers. The engine skips its classifier; ``run`` applies it to the
+    whole block afterwards (``classify_block``: the same arithmetic, weights read once per block)."""
+
+    def __init__(self, label: str, engine: Engine, block: int, config, weights, n_threads: int) -> None:
+        self.label = label
+        self.engine = engine
+        self.classifier = weights.classifier
+        self.n_threads = n_threads
+        self.capture = np.zeros((config.n_layers, config.q_dim), dtype=np.float32)
+        self.final = np.zeros(config.dim, dtype=np.float32)
+        engine.set_capture(self.capture, self.final, logits=False)
+        self.hidden = np.zeros((block, config.dim), dtype=np.float32)
+        self.logits = np.zeros((block, config.vocab_size), dtype=np.float32)
+        self.att = np.zeros((block, config.n_layers, config.q_dim), dtype=np.float32)
+        self.mem = np.zeros(block, dtype=np.int64)
+        self.logp = np.zeros((block, config.vocab_size))  # float64 log-probabilities of the block
+        self.probs = np.zeros((block, config.vocab_size))
+
+    def run(self, tokens: np.ndarray, start: int, where: str) -> None:
+        engine = self.engine
+        attention = engine.attention
+        m = tokens.shape[0]
+        for i in range(m):
+            pos = start + i
+            try:
+                engine.forward(int(tokens[i]), pos)
+            except PyllamaError:
+                raise
+            except Exception as exc:
+                raise PluginError(
+                    f"{self.label}: failed at {where} position {pos} ({type(exc).__name__}: {exc})"
+                ) from exc
+            self.hidden[i] = self.final
+            self.att[i] = self.capture
+            mem = attention.memory_bytes()
+            if isinstance(mem, bool) or not isinstance(mem, (int, np.integer)) or mem < 0:
+                raise PluginError(f"{self.label}: memory_bytes() must return an int >= 0, got {mem!r}")
+            self.mem[i] = mem
+        classify_block(self.classifier, self.hidden[:m], self.logits, self.n_threads)
+        # float64 log-softmax here, so the two sides do theirs concurrently (numpy releases the GIL)
+        metrics.log_softmax(self.logits[:m], out=self.logp[:m], probs=self.probs[:m])
+
+
+def run_diff(
+    model,
+    a: str | Attention | None,
+    b: str | Attention | None,
+    probe: str | Probe | object = "standard",
+    threads: int | None = None,
+    progress: bool | None = None,
+    block: int = BLOCK,
+) -> DiffReport:
+    """Teacher-force ``probe`` through plugins ``a`` and ``b`` on ``model``'s weights: a DiffReport."""
+    t_start = time.perf_counter()
+    config = model.config
+    block = max(1, min(block, BLOCK_VALUES // config.vocab_size))
+    if isinstance(a, Attention) and a is b:
+        raise InputError("diff needs two plugin instances (each owns its cache): pass two specs or two objects")
+    label_a, label_b = plugin_label(a), plugin_label(b)
+    pr = load_probe(probe, model.tokenizer, config.seq_len)
+    for seg in pr.segments:
+        bad = (seg.tokens < 0) | (seg.tokens >= config.vocab_size)
+        if bad.any():
+            raise InputError(
+                f"probe {pr.name}, {seg.name}: token id {int(seg.tokens[bad][0])} is outside the "
+                f"model's vocabulary of {config.vocab_size}: wrong tokenizer?"
+            )
+    plugin_a, plugin_b = create_plugin(a), create_plugin(b)
+    total_threads = max(1, int(threads or getattr(model, "threads", 1) or 1))
+    concurrent = total_threads >= 2
+    per_engine = max(1, total_threads // 2) if concurrent else total_threads
+    side_a = _Side(
+        label_a, Engine(config, model.weights, plugin_a, per_engine), block, config, model.weights, per_engine
+    )
+    side_b = _Side(
+        label_b, Engine(config, model.weights, plugin_b, per_engine), block, config, model.weights, per_engine
+    )
+    max_a, max_b = side_a.engine.max_positions, side_b.engine.max_positions
+
+    notes: list[str] = []
+    seg_infos: list[SegmentInfo] = []
+    for seg in pr.segments:
+        n = min(len(seg), max_a, max_b)
+        note = seg.note
+        if n < len(seg):
+            holders = [f"{lab} holds {m:,}" for lab, m in ((label_a, max_a), (label_b, max_b)) if m < len(seg)]
+            cover = f"compared positions 0..{n - 1} of {len(seg):,} ({', '.join(holders)})"
+            notes.append(f"{seg.name}: {cover}")
+            note = f"{note}; {cover}" if note else cover
+        seg_infos.append(SegmentInfo(seg.name, seg.kind, len(seg), n, note))
+    total = sum(s.compared for s in seg_infos)
+
+    L = config.n_layers
+    cols = {
+        "segment": np.zeros(total, dtype=np.int32),
+        "position": np.zeros(total, dtype=np.int64),
+        "token": np.zeros(total, dtype=np.int32),
+        "next_token": np.zeros(total, dtype=np.int32),
+        "max_abs_dlogit": np.zeros(total),
+        "kl": np.zeros(total),
+        "top1_a": np.zeros(total, dtype=np.int32),
+        "top1_b": np.zeros(total, dtype=np.int32),
+        "logp_a": np.zeros(total),
+        "logp_b": np.zeros(total),
+        "layer_err": np.zeros((total, L)),
+        "mem_a": np.zeros(total, dtype=np.int64),
+        "mem_b": np.zeros(total, dtype=np.int64),
+    }
+    show = progress if progress is not None else total >= PROGRESS_MIN_POSITIONS
+    bar = None
+    if show:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=total,
+            unit="pos",
+            desc=f"diff {label_a} vs {label_b}",
+            leave=False,
+            disable=None if progress is None else False,
+        )
+    pool = ThreadPoolExecutor(max_workers=1) if concurrent else None
+    scratch = np.empty((block, config.vocab_size), dtype=np.float32)
+    row = 0
+    offsets = []
+    try:
+        for si, (seg, info) in enumerate(zip(pr.segments, seg_infos, strict=True)):
+            offsets.append(row)
+            side_a.engine.reset()
+            side_b.engine.reset()
+            for c0 in range(0, info.compared, block):
+                c1 = min(info.compared, c0 + block)
+                m = c1 - c0
+                toks = seg.tokens[c0:c1]
+                where = f"{pr.name}/{seg.name}"
+                if pool is not None:
+                    fut = pool.submit(side_b.run, toks, c0, where)
+                    side_a.run(toks, c0, where)
+                    fut.result()
+                else:
+                    side_a.run(toks, c0, where)
+                    side_b.run(toks, c0, where)
+                r = slice(row, row + m)
+                nxt = np.full(m, -1, dtype=np.int32)
+                avail = min(c1 + 1, len(seg)) - (c0 + 1)
+                nxt[:avail] = seg.tokens[c0 + 1 : c0 + 1 + avail]
+                la, lb = side_a.logits[:m], side_b.logits[:m]
+                lpa, lpb = side_a.logp[:m], side_b.logp[:m]
+                cols["segment"][r] = si
+                cols["position"][r] = np.arange(c0, c1)
+                cols["token"][r] = toks
+                cols["next_token"][r] = nxt
+                cols["max_abs_dlogit"][r] = metrics.max_abs_diff(la, lb, scratch=scratch[:m])
+                cols["kl"][r] = metrics.kl_divergence(lpa, lpb, side_a.probs[:m], scratch=side_b.probs[:m])
+                cols["top1_a"][r] = la.argmax(axis=1)
+                cols["top1_b"][r] = lb.argmax(axis=1)
+                cols["logp_a"][r] = metrics.teacher_logprob(lpa, nxt)
+                cols["logp_b"][r] = metrics.teacher_logprob(lpb, nxt)
+                cols["layer_err"][r] = metrics.relative_l2(side_a.att[:m], side_b.att[:m])
+                cols["mem_a"][r] = side_a.mem[:m]
+                cols["mem_b"][r] = side_b.mem[:m]
+                row += m
+                if bar is not None:
+                    bar.update(m)
+    finally:
+        if bar is not None:
+            bar.close()
+        if pool is not None:
+            pool.shutdown()
+        side_a.engine.set_capture()
+        side_b.engine.set_capture()
+
+    recall = _recall_rows(pr, seg_infos, offsets, cols)
+    kv_bytes = 2 * config.n_layers * config.kv_dim * 4
+    return DiffReport(
+        a=label_a,
+        b=label_b,
+        model=str(getattr(model, "path", "") or "model"),
+        probe=pr.name,
+        n_layers=L,
+        kv_bytes_per_position=kv_bytes,
+        segments=seg_infos,
+        recall=recall,
+        notes=notes,
+        seconds=time.perf_counter() - t_start,
+        threads=total_threads,
+        **cols,
+    )
+
+
+def _recall_rows(pr: Probe, infos: list[SegmentInfo], offsets: list[int], cols: dict) -> list[RecallRow]:
+    """P(name) at each mention: the teacher log-probabilities of the name's tokens, summed."""
+    out = []
+    for seg, info, off in zip(pr.segments, infos, offsets, strict=True):
+        prev = None
+        for k, mark in enumerate(seg.marks):
+            first_row = mark.start - 1  # the row whose teacher token is the name's first token
+            last_row = mark.start + mark.length - 2
+            if first_row < 0 or last_row >= info.compared:
+                prev = mark.start
+                continue
+            rows = slice(off + first_row, off + last_row + 1)
+            out.append(
+                RecallRow(
+                    segment=seg.name,
+                    name=mark.label,
+                    mention=k,
+                    position=mark.start,
+                    distance=mark.start - prev if prev is not None else 0,
+                    logp_a=float(cols["logp_a"][rows].sum()),
+                    logp_b=float(cols["logp_b"][rows].sum()),
+                )
+            )
+            prev = mark.start
+    return out

@@ -1,0 +1,271 @@
+"""Probes: named token sequences the diff harness teacher-forces through two plugins.
+
+The text ships with the package (``stories.txt``, ``recall.txt``, written for this project in the
+style of TinyStories) and is tokenised per model, so each sequence fits *that* model's context:
+
+* ``stories`` — short stories, one sequence each, BOS first, each inside the context (a story that
+  tokenises longer is cut at the context, and the probe says so);
+* ``long`` — the stories concatenated with BOS between them, as the training data is laid out,
+  continued round-robin to 4x the context: where bounded plugins and ``causal:positions=N`` differ
+  from a plugin that stops at the context;
+* ``recall`` — per character, a sequence where the character's name recurs at a growing distance
+  from its last mention (8, 16, 24, 32, 48, 64, ... tokens of filler); the harness scores the name's
+  probability at each recurrence;
+* ``standard`` — all three.
+
+Any text file is a probe too: the whole file is one sequence, or several when they are separated
+by lines holding only ``<|endoftext|>`` (the TinyStories convention).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from pyllama.errors import InputError
+
+__all__ = ["Mark", "Probe", "Segment", "load_probe", "probe_from_text", "probe_from_tokens", "PROBE_NAMES"]
+
+SEPARATOR = "<|endoftext|>"
+LONG_FACTOR = 4  # the long run goes to this many times the context
+RECALL_GAPS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+PROBE_NAMES = ("standard", "stories", "long", "recall")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A scored span of a sequence: the tokens ``start .. start + length - 1`` spell ``label``."""
+
+    label: str
+    start: int
+    length: int
+
+
+@dataclass
+class Segment:
+    """One sequence of a probe: teacher-forced from position 0 after a reset."""
+
+    name: str  # "story-3", "long", "recall-pip", "text"
+    kind: str  # "story", "long", "recall", "text", "tokens"
+    tokens: np.ndarray  # int32, BOS first
+    marks: list[Mark] = field(default_factory=list)  # recall: every mention of the name
+    note: str = ""  # e.g. "cut at the context (512)"
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass
+class Probe:
+    name: str
+    segments: list[Segment]
+
+    @property
+    def n_positions(self) -> int:
+        return sum(len(s) for s in self.segments)
+
+    @property
+    def max_length(self) -> int:
+        return max((len(s) for s in self.segments), default=0)
+
+    def __repr__(self) -> str:
+        return f"Probe({self.name!r}, {len(self.segments)} sequences, {self.n_positions} positions)"
+
+
+def _read_text(name: str) -> str:
+    return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
+
+
+def split_texts(text: str) -> list[str]:
+    """Sequences of a text: split on lines holding only ``<|endoftext|>``; blank ones dropped."""
+    parts, current = [], []
+    for line in text.splitlines():
+        if line.strip() == SEPARATOR:
+            parts.append("\n".join(current))
+            current = []
+        else:
+            current.append(line)
+    parts.append("\n".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _encode(tokenizer, text: str, bos: bool) -> list[int]:
+    return list(tokenizer.encode(text, bos=bos, eos=False))
+
+
+def _bos(tokenizer) -> int:
+    bos = getattr(tokenizer, "bos_id", None)
+    if bos is None:
+        raise InputError(f"{tokenizer!r} has no BOS token, which the probes use to start and separate sequences")
+    return int(bos)
+
+
+def _stories(tokenizer, seq_len: int) -> list[Segment]:
+    out = []
+    for i, story in enumerate(split_texts(_read_text("stories.txt")), 1):
+        ids = _encode(tokenizer, story, bos=True)
+        note = ""
+        if len(ids) > seq_len:
+            note = f"cut from {len(ids)} to the context ({seq_len}) tokens"
+            ids = ids[:seq_len]
+        out.append(Segment(f"story-{i}", "story", np.asarray(ids, dtype=np.int32), note=note))
+    return out
+
+
+def _long(tokenizer, seq_len: int) -> Segment:
+    stories = [_encode(tokenizer, s, bos=True) for s in split_texts(_read_text("stories.txt"))]
+    target = LONG_FACTOR * seq_len
+    ids: list[int] = []
+    i = 0
+    while len(ids) < target:  # BOS before each story, as the training data is laid out
+        ids.extend(stories[i % len(stories)])
+        i += 1
+    return Segment(
+        "long",
+        "long",
+        np.asarray(ids[:target], dtype=np.int32),
+        note=f"{LONG_FACTOR}x the context ({seq_len}): stories joined by BOS",
+    )
+
+
+def _parse_recall(text: str) -> list[dict]:
+    blocks: list[dict] = []
+    for raw in text.split("\n\n"):
+        block: dict = {"recur": [], "filler": []}
+        for line in raw.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.partition(":")
+            key, value = key.strip(), value.strip()
+            if key in ("recur", "filler"):
+                block[key].append(value)
+            elif key in ("name", "intro"):
+                block[key] = value
+        if "name" in block:
+            blocks.append(block)
+    return blocks
+
+
+def _find(ids: list[int], pattern: list[int]) -> list[int]:
+    n = len(pattern)
+    return [i for i in range(len(ids) - n + 1) if ids[i : i + n] == pattern] if n else []
+
+
+def _name_marks(tokenizer, ids: list[int], name: str, expected: int) -> list[Mark]:
+    """Where the name's tokens occur: the spelling (with or without the leading space) that matches
+    as many mentions as the text has."""
+    best: list[int] = []
+    best_pattern: list[int] = []
+    for variant in (name, " " + name):
+        pattern = _encode(tokenizer, variant, bos=False)
+        found = _find(ids, pattern)
+        if len(found) == expected:
+            best, best_pattern = found, pattern
+            break
+        if len(found) > len(best):
+            best, best_pattern = found, pattern
+    return [Mark(name, s, len(best_pattern)) for s in best]
+
+
+def _recall(tokenizer, seq_len: int) -> list[Segment]:
+    out = []
+    for block in _parse_recall(_read_text("recall.txt")):
+        name = block["name"]
+        sentences = [block["intro"]]
+
+        def tokens_of(parts: list[str]) -> list[int]:
+            return _encode(tokenizer, " ".join(parts), bos=True)
+
+        ids = tokens_of(sentences)
+        last = _name_marks(tokenizer, ids, name, " ".join(sentences).count(name))
+        last_start = last[-1].start if last else 0
+        fill_i = recur_i = 0
+        for gap in RECALL_GAPS:
+            trial = list(sentences)
+            # filler until the next sentence would start `gap` tokens after the last mention
+            while len(tokens_of(trial)) - last_start < gap:
+                trial.append(block["filler"][fill_i % len(block["filler"])])
+                fill_i += 1
+            trial.append(block["recur"][recur_i % len(block["recur"])])
+            trial_ids = tokens_of(trial)
+            if len(trial_ids) > seq_len:
+                break
+            recur_i += 1
+            sentences, ids = trial, trial_ids
+            marks = _name_marks(tokenizer, ids, name, " ".join(sentences).count(name))
+            last_start = marks[-1].start if marks else len(ids)
+        text = " ".join(sentences)
+        expected = text.count(name)
+        marks = _name_marks(tokenizer, ids, name, expected)
+        note = "" if len(marks) == expected else f"found {len(marks)} of {expected} mentions of {name} in the tokens"
+        out.append(Segment(f"recall-{name.lower()}", "recall", np.asarray(ids, dtype=np.int32), marks, note))
+    return out
+
+
+def standard_probe(tokenizer, seq_len: int, parts: tuple[str, ...] = ("stories", "long", "recall")) -> Probe:
+    """The ``standard`` probe (or a part of it) tokenised for a model with context ``seq_len``."""
+    _bos(tokenizer)
+    segments: list[Segment] = []
+    if "stories" in parts:
+        segments += _stories(tokenizer, seq_len)
+    if "long" in parts:
+        segments.append(_long(tokenizer, seq_len))
+    if "recall" in parts:
+        segments += _recall(tokenizer, seq_len)
+    name = "standard" if len(parts) == 3 else "+".join(parts)
+    return Probe(name, segments)
+
+
+def probe_from_text(text: str, tokenizer, name: str = "text") -> Probe:
+    """One sequence per ``<|endoftext|>``-separated part of ``text``, each BOS first."""
+    texts = split_texts(text)
+    if not texts:
+        raise InputError(f"probe {name}: the text is empty")
+    segs = [
+        Segment(
+            name if len(texts) == 1 else f"{name}-{i}",
+            "text",
+            np.asarray(_encode(tokenizer, t, bos=True), dtype=np.int32),
+        )
+        for i, t in enumerate(texts, 1)
+    ]
+    return Probe(name, segs)
+
+
+def probe_from_tokens(ids, name: str = "tokens") -> Probe:
+    """A probe of given token ids: one sequence, or a list of sequences."""
+    seqs = [ids] if len(ids) and np.isscalar(ids[0]) else list(ids)
+    segs = [
+        Segment(name if len(seqs) == 1 else f"{name}-{i}", "tokens", np.asarray(s, dtype=np.int32))
+        for i, s in enumerate(seqs, 1)
+    ]
+    if not segs or any(len(s) < 1 for s in segs):
+        raise InputError(f"probe {name}: a sequence needs at least one token")
+    return Probe(name, segs)
+
+
+def load_probe(probe, tokenizer, seq_len: int) -> Probe:
+    """A Probe from a name (``standard``, ``stories``, ``long``, ``recall``), a text file path, a Probe,
+    or token ids."""
+    if isinstance(probe, Probe):
+        return probe
+    if isinstance(probe, (list, tuple, np.ndarray)):
+        return probe_from_tokens(probe)
+    if tokenizer is None:
+        raise InputError("text probes need a tokenizer: load the model with tokenizer=... (-z on the CLI)")
+    if isinstance(probe, str) and probe in PROBE_NAMES:
+        parts = ("stories", "long", "recall") if probe == "standard" else (probe,)
+        return standard_probe(tokenizer, seq_len, parts)
+    path = Path(os.fspath(probe))
+    if not path.is_file():
+        raise InputError(f"unknown probe {str(probe)!r}: expected one of {', '.join(PROBE_NAMES)} or a text file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return probe_from_text(text, tokenizer, name=path.stem)

@@ -1,0 +1,331 @@
+"""DiffReport: the per-position record of one diff and everything derived from it.
+
+Per position (numpy arrays, one entry per compared position, in probe order): the sequence and
+position, the token and the teacher token (the next one), max |Δlogit|, KL(P_a ‖ P_b), the top-1 of
+each side, the teacher token's log-probability under each side, each layer's relative L2 error of
+the attention output, and each plugin's ``memory_bytes()``. ``summary`` condenses them;
+``to_pandas``/``to_csv``/``to_json`` export every row; ``table()`` is what the CLI prints;
+``plot()`` draws the figures of :mod:`pyllama.plots`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from pyllama.diff.metrics import perplexity
+
+
+@dataclass
+class SegmentInfo:
+    name: str
+    kind: str
+    length: int  # tokens in the probe
+    compared: int  # positions run through both plugins
+    note: str = ""
+
+
+@dataclass
+class RecallRow:
+    segment: str
+    name: str
+    mention: int  # 0 = the first mention (not scored), 1.. = recurrences
+    position: int  # first token of the name
+    distance: int  # tokens since the previous mention started
+    logp_a: float  # log P(name's tokens | context), summed over its tokens
+    logp_b: float
+
+    @property
+    def p_a(self) -> float:
+        return math.exp(self.logp_a)
+
+    @property
+    def p_b(self) -> float:
+        return math.exp(self.logp_b)
+
+
+@dataclass
+class DiffReport:
+    a: str  # spec of plugin A (the reference side of KL)
+    b: str
+    model: str
+    probe: str
+    n_layers: int
+    kv_bytes_per_position: int  # what a dense cache holds per position (all layers, keys and values)
+    segments: list[SegmentInfo]
+    # per-position arrays, all of the same length
+    segment: np.ndarray  # int index into ``segments``
+    position: np.ndarray
+    token: np.ndarray
+    next_token: np.ndarray  # -1 at the end of a sequence
+    max_abs_dlogit: np.ndarray
+    kl: np.ndarray
+    top1_a: np.ndarray
+    top1_b: np.ndarray
+    logp_a: np.ndarray  # log P(next token) under A; NaN at the end of a sequence
+    logp_b: np.ndarray
+    layer_err: np.ndarray  # [positions, n_layers]
+    mem_a: np.ndarray
+    mem_b: np.ndarray
+    recall: list[RecallRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    threads: int = 1
+
+    # ---- derived per position -----------------------------------------------------------------
+    @property
+    def n_positions(self) -> int:
+        return int(self.position.shape[0])
+
+    @property
+    def agree(self) -> np.ndarray:
+        return self.top1_a == self.top1_b
+
+    @property
+    def dlogp(self) -> np.ndarray:
+        """log P_b(teacher) - log P_a(teacher)."""
+        return self.logp_b - self.logp_a
+
+    @property
+    def exact(self) -> bool:
+        """True when every compared logit is bit-identical (max |Δlogit| == 0)."""
+        return bool(self.n_positions > 0 and float(self.max_abs_dlogit.max()) == 0.0)
+
+    def causal_bytes(self, position: int) -> int:
+        """What exact dense attention holds after ``position`` (0-based): every position so far."""
+        return (int(position) + 1) * self.kv_bytes_per_position
+
+    # ---- summary --------------------------------------------------------------------------------
+    @cached_property
+    def summary(self) -> dict:
+        n = self.n_positions
+        s: dict = {
+            "a": self.a,
+            "b": self.b,
+            "model": self.model,
+            "probe": self.probe,
+            "sequences": len(self.segments),
+            "positions": n,
+            "seconds": round(self.seconds, 3),
+        }
+        if n == 0:
+            return s
+        differs = np.nonzero(self.max_abs_dlogit > 0)[0]
+        first = None
+        if differs.size:
+            i = int(differs[np.argmin(self.position[differs])])
+            first = {"position": int(self.position[i]), "sequence": self.segments[self.segment[i]].name}
+        layer_any = np.nonzero((self.layer_err > 0).any(axis=0))[0]
+        last = self._last_row()
+        pos_last = int(self.position[last])
+        causal = self.causal_bytes(pos_last)
+        ppl_a, ppl_b = perplexity(self.logp_a), perplexity(self.logp_b)
+        s.update(
+            {
+                "exact": self.exact,
+                "max_abs_dlogit": float(self.max_abs_dlogit.max()),
+                "mean_kl": float(self.kl.mean()),
+                "p99_kl": float(np.percentile(self.kl, 99)),
+                "max_kl": float(self.kl.max()),
+                "top1_agreement": float(self.agree.mean()),
+                "first_diff": first,
+                "first_diff_layer": int(layer_any[0]) if layer_any.size else None,
+                "layer_err_mean": [float(x) for x in self.layer_err.mean(axis=0)],
+                "layer_err_max": [float(x) for x in self.layer_err.max(axis=0)],
+                "ppl_a": ppl_a,
+                "ppl_b": ppl_b,
+                "ppl_ratio": ppl_b / ppl_a if ppl_a and math.isfinite(ppl_a) else float("nan"),
+                "last": {"sequence": self.segments[self.segment[last]].name, "position": pos_last},
+                "bytes_last_a": int(self.mem_a[last]),
+                "bytes_last_b": int(self.mem_b[last]),
+                "bytes_causal_last": causal,
+                "bytes_ratio_a": int(self.mem_a[last]) / causal,
+                "bytes_ratio_b": int(self.mem_b[last]) / causal,
+                "positions_per_second": n / self.seconds if self.seconds > 0 else None,
+            }
+        )
+        if self.recall:
+            s["recall_mean_p_a"] = float(np.mean([r.p_a for r in self.recall if r.mention > 0] or [np.nan]))
+            s["recall_mean_p_b"] = float(np.mean([r.p_b for r in self.recall if r.mention > 0] or [np.nan]))
+        return s
+
+    def _last_row(self) -> int:
+        """The last row of the longest compared sequence (where memory is largest)."""
+        longest = max(range(len(self.segments)), key=lambda i: self.segments[i].compared)
+        rows = np.nonzero(self.segment == longest)[0]
+        return int(rows[-1]) if rows.size else self.n_positions - 1
+
+    # ---- export ---------------------------------------------------------------------------------
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every per-position column, by name (the CSV/JSON/pandas layout)."""
+        names = np.array([s.name for s in self.segments], dtype=object)
+        cols: dict[str, np.ndarray] = {
+            "sequence": names[self.segment] if self.n_positions else np.array([], dtype=object),
+            "position": self.position,
+            "token": self.token,
+            "next_token": self.next_token,
+            "max_abs_dlogit": self.max_abs_dlogit,
+            "kl": self.kl,
+            "top1_a": self.top1_a,
+            "top1_b": self.top1_b,
+            "agree": self.agree,
+            "logp_a": self.logp_a,
+            "logp_b": self.logp_b,
+            "dlogp": self.dlogp,
+            "mem_a": self.mem_a,
+            "mem_b": self.mem_b,
+        }
+        for layer in range(self.n_layers):
+            cols[f"layer{layer}_err"] = self.layer_err[:, layer]
+        return cols
+
+    def to_pandas(self):
+        """A DataFrame with one row per compared position (needs pandas)."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - pandas is optional
+            raise ImportError("DiffReport.to_pandas() needs pandas: pip install pandas") from exc
+        return pd.DataFrame(self.columns())
+
+    def rows(self) -> list[dict]:
+        cols = self.columns()
+        keys = list(cols)
+        return [{k: _jsonable(cols[k][i]) for k in keys} for i in range(self.n_positions)]
+
+    def to_dict(self) -> dict:
+        return {
+            "summary": {k: _jsonable(v) for k, v in self.summary.items()},
+            "notes": self.notes,
+            "sequences": [vars(s) for s in self.segments],
+            "recall": [dict(vars(r), p_a=_jsonable(r.p_a), p_b=_jsonable(r.p_b)) for r in self.recall],
+            "rows": self.rows(),
+        }
+
+    def to_json(self, path: str | os.PathLike) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, allow_nan=False, default=_jsonable)
+            f.write("\n")
+
+    def to_csv(self, path: str | os.PathLike) -> None:
+        cols = self.columns()
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(list(cols))
+            for i in range(self.n_positions):
+                w.writerow([_csv_value(cols[k][i]) for k in cols])
+
+    # ---- display --------------------------------------------------------------------------------
+    def plot(self, path: str | os.PathLike | None = None):
+        """The overview figure (divergence, per-layer error, memory, recall); saved when ``path`` is given."""
+        from pyllama.plots import report_figure
+
+        fig = report_figure(self)
+        if path is not None:
+            fig.savefig(path, dpi=120, bbox_inches="tight")
+        return fig
+
+    def table(self) -> str:
+        """The terminal report: one line per sequence, then the summary."""
+        s = self.summary
+        out = [
+            f"diff {self.a} (A) vs {self.b} (B) on {self.model}, probe {self.probe}: "
+            f"{len(self.segments)} sequences, {self.n_positions:,} positions, {self.seconds:.2f} s"
+        ]
+        out += [f"note: {n}" for n in self.notes]
+        if self.n_positions == 0:
+            return "\n".join(out)
+        head = (
+            f"{'sequence':<14}{'positions':>10}{'max|Δlogit|':>13}{'mean KL':>10}{'max KL':>10}"
+            f"{'top-1':>8}{'ppl A':>9}{'ppl B':>9}{'bytes A':>12}{'bytes B':>12}"
+        )
+        out += ["", head, "-" * len(head)]
+        for i, seg in enumerate(self.segments):
+            rows = self.segment == i
+            if not rows.any():
+                out.append(f"{seg.name:<14}{0:>10}  (not compared)")
+                continue
+            last = np.nonzero(rows)[0][-1]
+            out.append(
+                f"{seg.name:<14}{int(rows.sum()):>10}{_g(self.max_abs_dlogit[rows].max()):>13}"
+                f"{_g(self.kl[rows].mean()):>10}{_g(self.kl[rows].max()):>10}"
+                f"{100 * self.agree[rows].mean():>7.1f}%{perplexity(self.logp_a[rows]):>9.3f}"
+                f"{perplexity(self.logp_b[rows]):>9.3f}{int(self.mem_a[last]):>12,}{int(self.mem_b[last]):>12,}"
+            )
+        out.append("")
+        verdict = "EXACT: every logit bit-identical" if s["exact"] else "differs"
+        out.append(f"max |Δlogit|        {_g(s['max_abs_dlogit'])}   ({verdict})")
+        out.append(f"KL(A‖B) nats        mean {_g(s['mean_kl'])}, p99 {_g(s['p99_kl'])}, max {_g(s['max_kl'])}")
+        out.append(f"top-1 agreement     {100 * s['top1_agreement']:.2f}%")
+        fd = s["first_diff"]
+        out.append("first difference    " + (f"position {fd['position']} ({fd['sequence']})" if fd else "none"))
+        out.append(f"perplexity          A {s['ppl_a']:.4f}, B {s['ppl_b']:.4f}, B/A {s['ppl_ratio']:.4f}")
+        out.append(
+            f"memory at the end   ({s['last']['sequence']}, position {s['last']['position']}) "
+            f"A {s['bytes_last_a']:,} B ({s['bytes_ratio_a']:.3g}x causal), "
+            f"B {s['bytes_last_b']:,} B ({s['bytes_ratio_b']:.3g}x causal)"
+        )
+        errs = ", ".join(f"L{i} {_g(v)}" for i, v in enumerate(s["layer_err_mean"]))
+        first_layer = s["first_diff_layer"]
+        out.append(
+            f"attention out err   mean rel. L2 by layer: {errs}"
+            + (f"; first differing layer {first_layer}" if first_layer is not None else "")
+        )
+        if self.recall:
+            out += [
+                "",
+                "recall: P(name) at each mention (distance = tokens since the previous mention)",
+                f"{'sequence':<14}{'name':<8}{'position':>9}{'distance':>9}{'P A':>11}{'P B':>11}",
+            ]
+            for r in self.recall:
+                if r.mention == 0:
+                    continue
+                out.append(f"{r.segment:<14}{r.name:<8}{r.position:>9}{r.distance:>9}{r.p_a:>11.4f}{r.p_b:>11.4f}")
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        if self.n_positions == 0:
+            return f"DiffReport({self.a} vs {self.b}: nothing compared)"
+        s = self.summary
+        return (
+            f"DiffReport({self.a} vs {self.b}, {self.probe}: {self.n_positions} positions, "
+            f"max|Δlogit| {_g(s['max_abs_dlogit'])}, mean KL {_g(s['mean_kl'])}, "
+            f"top-1 {100 * s['top1_agreement']:.1f}%, ppl B/A {s['ppl_ratio']:.4f})"
+        )
+
+
+def _g(x: float) -> str:
+    x = float(x)
+    if x == 0:
+        return "0"
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.3g}" if 1e-3 <= abs(x) < 1e4 else f"{x:.2e}"
+
+
+def _jsonable(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        v = float(v)
+        return v if math.isfinite(v) else None
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def _csv_value(v):
+    if isinstance(v, (np.floating, float)):
+        return "" if not math.isfinite(float(v)) else repr(float(v))
+    if isinstance(v, np.bool_):
+        return int(v)
+    return v
