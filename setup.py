@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).parent
@@ -84,6 +84,8 @@ directives = {
 }
 
 setup(
+    # the top-level plugins/ folder is the package pyllama.plugins (package-dir in pyproject.toml)
+    packages=[*find_packages(include=["pyllama", "pyllama.*"]), "pyllama.plugins"],
     ext_modules=cythonize(_extensions(), compiler_directives=directives, include_path=[str(ROOT)],
                           nthreads=os.cpu_count() or 1),
     cmdclass={"build_ext": BuildExt},
