@@ -11,7 +11,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention
+from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.head cimport attend_head
 
 from pyllama.attention.spec import Knob
@@ -83,7 +83,8 @@ cdef class Causal(Attention):
         cdef Py_ssize_t t, n = pos + 1, P = self.positions
         cdef const float* kbase
         cdef const float* vbase
-        for h in prange(self.n_heads, schedule="static", num_threads=self.n_threads):
+        for h in prange(self.n_heads, schedule="static",
+                        num_threads=threads_for(self.n_threads, n * self.n_heads * self.head_dim)):
             kbase = self.keys + layer * P * self.kv_dim + (h // self.kv_mul) * self.head_dim
             vbase = self.values + layer * P * self.kv_dim + (h // self.kv_mul) * self.head_dim
             for t in range(n):

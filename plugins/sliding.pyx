@@ -14,7 +14,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention
+from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.head cimport attend_head
 
 from pyllama.attention.base import UNBOUNDED
@@ -89,7 +89,8 @@ cdef class Sliding(Attention):
         cdef long long i
         cdef const float* kbase
         cdef const float* vbase
-        for h in prange(self.n_heads, schedule="static", num_threads=self.n_threads):
+        for h in prange(self.n_heads, schedule="static",
+                        num_threads=threads_for(self.n_threads, n * self.n_heads * self.head_dim)):
             kbase = self.keys + layer_base + (h // self.kv_mul) * self.head_dim
             vbase = self.values + layer_base + (h // self.kv_mul) * self.head_dim
             for i in range(n):  # ascending positions start .. pos

@@ -9,3 +9,9 @@ cdef class Attention:
     cdef const float* _bound_q
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil
+
+
+cdef inline int threads_for(int n_threads, long long work) noexcept nogil:
+    # Attention over few cached rows is cheaper on the calling thread than waking the team;
+    # results do not change (a head is computed by one thread either way).
+    return 1 if work < 32768 else n_threads

@@ -15,23 +15,32 @@ import numpy as np
 
 from pyllama.kernels.quant cimport matvec_f16, matvec_q8_0, matvec_q8_groups, dequantize_row
 
+DEF WIDE = 64  # 8 independent 8-float vectors: enough FMAs in flight to hide their latency
 DEF LANES = 16
+# Below this many weights a matrix is multiplied on the calling thread: waking the team costs more
+# than it saves (the result is the same either way: a row is one dot product whoever computes it).
+DEF SERIAL_BELOW = 1 << 15
 
 
 cdef inline float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil:
-    cdef float acc[LANES]
+    """Dot product with independent accumulators; the summation order depends on n alone."""
+    cdef float acc[WIDE]
     cdef Py_ssize_t j, u
+    cdef Py_ssize_t n_wide = n - n % WIDE
     cdef Py_ssize_t n_main = n - n % LANES
-    for u in range(LANES):
+    for u in range(WIDE):
         acc[u] = 0.0
-    for j in range(0, n_main, LANES):
+    for j in range(0, n_wide, WIDE):
+        for u in range(WIDE):
+            acc[u] = acc[u] + a[j + u] * b[j + u]
+    for j in range(n_wide, n_main, LANES):
         for u in range(LANES):
             acc[u] = acc[u] + a[j + u] * b[j + u]
-    # fixed pairwise reduction of the lanes, then the tail in order
-    for u in range(8):
-        acc[u] = acc[u] + acc[u + 8]
+    # fixed reduction: 64 lanes to 16, 16 to 4, 4 to 1, then the tail in order
+    for u in range(LANES):
+        acc[u] = (acc[u] + acc[u + 16]) + (acc[u + 32] + acc[u + 48])
     for u in range(4):
-        acc[u] = acc[u] + acc[u + 4]
+        acc[u] = (acc[u] + acc[u + 4]) + (acc[u + 8] + acc[u + 12])
     cdef float total = (acc[0] + acc[2]) + (acc[1] + acc[3])
     for j in range(n_main, n):
         total = total + a[j] * b[j]
@@ -41,6 +50,10 @@ cdef inline float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept
 cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows, Py_ssize_t cols,
                      int n_threads) noexcept nogil:
     cdef Py_ssize_t i
+    if rows * cols < SERIAL_BELOW:
+        for i in range(rows):
+            out[i] = dot_f32(w + i * cols, x, cols)
+        return
     for i in prange(rows, schedule="static", num_threads=n_threads):
         out[i] = dot_f32(w + i * cols, x, cols)
 
