@@ -38,7 +38,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention
+from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.head cimport attend_head
 from pyllama.kernels.matvec cimport dot_f32
 
@@ -476,13 +476,14 @@ cdef class KMeans(Attention):
         cdef bint again = need and (self.have[layer] == 0 or self.since[layer] + (1 if add else 0) >= self.recluster)
         cdef int g
         if again:
-            for g in prange(self.n_kv_heads, schedule="static", num_threads=self.n_threads):
+            for g in prange(self.n_kv_heads, schedule="static",
+                            num_threads=threads_for(self.n_threads, M * C * (self.iters + 1) * kv)):
                 self._recluster(layer, g)
             self.have[layer] = 1
             self.since[layer] = 0
             self.epoch[layer] += 1
         elif add:
-            for g in prange(self.n_kv_heads, schedule="static", num_threads=self.n_threads):
+            for g in prange(self.n_kv_heads, schedule="static", num_threads=threads_for(self.n_threads, C * kv)):
                 self._add_member(layer, g, pos - W)
             self.since[layer] += 1
 
@@ -504,7 +505,9 @@ cdef class KMeans(Attention):
         cdef long long* sel
         cdef int32_t* nxt
         cdef const float* qh
-        for h in prange(self.n_heads, schedule="static", num_threads=self.n_threads):
+        # rows attended per head: everything, or sinks + window + about the budget (+ estimates)
+        cdef long long work = (pos + 1 if not need else n_sink + n_ring + 2 * self.budget + C) * self.n_heads * hd
+        for h in prange(self.n_heads, schedule="static", num_threads=threads_for(self.n_threads, work)):
             gh = h // self.kv_mul
             off = gh * hd
             qh = q + h * hd

@@ -43,7 +43,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention
+from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.head cimport attend_head
 from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
 
@@ -334,7 +334,8 @@ cdef class Lattice(Attention):
         cdef Py_ssize_t off
         cdef const float** kp
         cdef const float** vp
-        for h in prange(self.n_heads, schedule="static", num_threads=self.n_threads):
+        for h in prange(self.n_heads, schedule="static",
+                        num_threads=threads_for(self.n_threads, n * self.n_heads * self.head_dim)):
             off = (h // self.kv_mul) * self.head_dim
             kp = self.kptr + h * R
             vp = self.vptr + h * R

@@ -38,7 +38,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention
+from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.head cimport attend_head
 from pyllama.kernels.matvec cimport dot_f32
 
@@ -369,7 +369,7 @@ cdef class Tiered(Attention):
     # ---- the step -----------------------------------------------------------------------------------
     cdef void _dequant_token(self, int layer, long long slot, long long t, Py_ssize_t c0, Py_ssize_t c1,
                              float* key, float* value) noexcept nogil:
-        """Channels c0 .. c1-1 of token ``t`` of warm group ``slot``: key[c - c0], value[c - c0]."""
+        """Channels c0 .. c1-1 (whole heads) of token ``t`` of warm group ``slot``: key[c - c0], value[c - c0]."""
         cdef long long G = self.group
         cdef long long gi = layer * self.n_groups + slot
         cdef const uint8_t* krow = self.kcode + (gi * G + t) * self.row_bytes
@@ -378,11 +378,30 @@ cdef class Tiered(Attention):
         cdef const float* kz = self.kzero + gi * self.kv_dim
         cdef const float* vs = self.vscale + (gi * G + t) * self.n_vg
         cdef const float* vz = self.vzero + (gi * G + t) * self.n_vg
-        cdef Py_ssize_t c, j
-        for c in range(c0, c1):
-            j = (c // self.head_dim) * self.n_vgh + (c % self.head_dim) // self.vg
-            key[c - c0] = dequant(get_code(krow, c, self.bits), kz[c], ks[c])
-            value[c - c0] = dequant(get_code(vrow, c, self.bits), vz[j], vs[j])
+        cdef Py_ssize_t c, g0, g1, j, hd = self.head_dim
+        cdef float s, z
+        # codes first (the bit width decided once), then code * scale + zero
+        if self.bits == 8:
+            for c in range(c0, c1):
+                key[c - c0] = <float>krow[c]
+                value[c - c0] = <float>vrow[c]
+        else:
+            for c in range(c0, c1):
+                key[c - c0] = <float>((krow[c >> 1] >> (4 * (c & 1))) & 0x0F)
+                value[c - c0] = <float>((vrow[c >> 1] >> (4 * (c & 1))) & 0x0F)
+        for c in range(c0, c1):  # keys: a scale and zero point per channel
+            key[c - c0] = key[c - c0] * ks[c] + kz[c]
+        g0 = c0
+        while g0 < c1:  # values: one scale and zero point per group of channels inside a head
+            g1 = g0 + self.vg
+            if g1 > (g0 // hd + 1) * hd:
+                g1 = (g0 // hd + 1) * hd
+            j = (g0 // hd) * self.n_vgh + (g0 % hd) // self.vg
+            s = vs[j]
+            z = vz[j]
+            for c in range(g0, g1):
+                value[c - c0] = value[c - c0] * s + z
+            g0 = g1
 
     cdef void _cold_add(self, int layer, const float* key, const float* value) noexcept nogil:
         """Merge one token into the filling cold block (running means); close it when full."""
@@ -501,7 +520,8 @@ cdef class Tiered(Attention):
         cdef int g, h, gh
         cdef long long r
         if n_warm > 0:
-            for g in prange(self.n_kv_heads, schedule="static", num_threads=self.n_threads):
+            for g in prange(self.n_kv_heads, schedule="static",
+                            num_threads=threads_for(self.n_threads, n_warm * self.kv_dim)):
                 for r in range(n_warm):
                     self._dequant_token(layer, (self.w_first[layer] + r // G) % self.n_groups, r % G,
                                         g * hd, (g + 1) * hd, self.deq_k + (g * self.warm + r) * hd,
@@ -515,7 +535,8 @@ cdef class Tiered(Attention):
         cdef float* cs
         cdef uint8_t* mark
         cdef const float* qh
-        for h in prange(self.n_heads, schedule="static", num_threads=self.n_threads):
+        for h in prange(self.n_heads, schedule="static",
+                        num_threads=threads_for(self.n_threads, n * self.n_heads * hd)):
             gh = h // self.kv_mul
             off = gh * hd
             qh = q + h * hd
