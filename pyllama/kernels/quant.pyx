@@ -1,20 +1,277 @@
-"""Quantised matrix-vector products that never expand weights to float32 in memory.
+"""Matrix-vector products over quantised weights that never expand them to float32 in memory.
 
+* ``F16`` — IEEE half rows (GGUF type 1). Each weight is converted to float32 in registers as it
+  is read (F16C/AVX-512 ``vcvtph2ps``, or ggml's branch-free bit conversion without F16C) and
+  multiplied with the float32 activation in 64 independent lanes reduced in a fixed order.
+  (llama.cpp rounds the activation to fp16 for its F16 matmuls; pyllama keeps it float32, which is
+  more accurate and costs nothing.)
+* ``Q8_0`` — ggml's block format (GGUF type 8): per 32 weights one fp16 scale ``d`` then 32 int8
+  ``qs``; weight = d * qs. As llama.cpp does it (``ggml_vec_dot_q8_0_q8_0``): the activation vector
+  is quantised once per matvec to Q8_0 blocks in the engine's ``QuantScratch`` (amax / 127 rounded
+  to fp16, ``x * 127 / amax`` rounded to nearest-even: what ggml's x86 ``quantize_row_q8_0`` does,
+  which is what made the llama.cpp references), then each row is an integer dot product per block
+  scaled by both block scales. Inside a block, products are summed exactly in 8 int32 lanes (lane l
+  holds the 4 products 4l..4l+3: one ``vpdpbusd``, or ``maddubs`` + ``madd``), each lane is converted
+  to float and fused-multiply-added with the block's ``d_w * d_x`` into one of two accumulators (even
+  and odd blocks): no horizontal reduction per block, one fixed reduction per row.
 * ``Q8_GROUPS`` — llama2.c version-2 checkpoints (``runq.c``): int8 weights with one float32 scale
-  per ``group_size`` values. The activation vector is quantised once per matvec to int8 groups of
-  the same size (symmetric, scale = max|x| / 127, round half away from zero as C's ``round``),
-  then each group is an integer dot product scaled by both scales, exactly as ``runq.c`` does.
+  per ``group_size`` values; the activation is quantised the way ``runq.c`` does it (scale = max|x|
+  / 127, round half away from zero) and each group is an integer dot scaled by both scales.
+
+The F16 and Q8_0 row kernels are C in the verbatim block below, with x86 intrinsics (AVX-512, or
+AVX2 + F16C + FMA) and a plain C path that computes the same lanes in the same order: written as
+Cython loops over ``float acc[16]`` with a conversion call, gcc left them scalar (checked with
+``objdump``), and auto-vectorised int8 code came out as shuffles. Every matvec splits rows across
+OpenMP threads with a static schedule; a row is computed by one thread with fixed arithmetic, so
+results are bit-identical for any thread count.
 """
 
 from cython.parallel cimport prange
-from libc.math cimport fabsf, roundf
+from libc.math cimport fabsf, roundf, rintf
+from libc.stdint cimport uint8_t, uint16_t
 
-from pyllama.kernels.matvec cimport QTYPE_F16, QTYPE_Q8_0, QTYPE_Q8_GROUPS
+import numpy as np
 
+from pyllama.kernels.matvec cimport QTYPE_F32, QTYPE_F16, QTYPE_Q8_0, QTYPE_Q8_GROUPS
+
+cdef extern from *:
+    """
+    #include <math.h>
+    #include <stddef.h>
+    #include <stdint.h>
+    #include <string.h>
+    #if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
+    #include <immintrin.h>
+    #endif
+
+    /* ---- IEEE binary16 <-> binary32 (exact one way, round to nearest-even the other) ---- */
+    #if defined(__F16C__)
+    static inline float pyllama_half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+    static inline uint16_t pyllama_float_to_half(float x) { return (uint16_t)_cvtss_sh(x, 0); }
+    #elif defined(__FLT16_MANT_DIG__) && defined(__aarch64__)
+    static inline float pyllama_half_to_float(uint16_t h) {
+        _Float16 f; memcpy(&f, &h, 2); return (float)f;
+    }
+    static inline uint16_t pyllama_float_to_half(float x) {
+        _Float16 f = (_Float16)x; uint16_t h; memcpy(&h, &f, 2); return h;
+    }
+    #else
+    /* ggml's branch-free bit conversions (from Maratyszcza's FP16 library) */
+    static inline float pyllama_bits_f32(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
+    static inline uint32_t pyllama_f32_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
+    static inline float pyllama_half_to_float(uint16_t h) {
+        const uint32_t w = (uint32_t)h << 16;
+        const uint32_t sign = w & UINT32_C(0x80000000);
+        const uint32_t two_w = w + w;
+        const float normalized = pyllama_bits_f32((two_w >> 4) + (UINT32_C(0xE0) << 23)) * 0x1.0p-112f;
+        const float denormalized = pyllama_bits_f32((two_w >> 17) | (UINT32_C(126) << 23)) - 0.5f;
+        const uint32_t bits = two_w < (UINT32_C(1) << 27) ? pyllama_f32_bits(denormalized)
+                                                           : pyllama_f32_bits(normalized);
+        return pyllama_bits_f32(sign | bits);
+    }
+    static inline uint16_t pyllama_float_to_half(float f) {
+        float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+        const uint32_t w = pyllama_f32_bits(f);
+        const uint32_t shl1_w = w + w;
+        const uint32_t sign = w & UINT32_C(0x80000000);
+        uint32_t bias = shl1_w & UINT32_C(0xFF000000);
+        if (bias < UINT32_C(0x71000000)) bias = UINT32_C(0x71000000);
+        base = pyllama_bits_f32((bias >> 1) + UINT32_C(0x07800000)) + base;
+        const uint32_t bits = pyllama_f32_bits(base);
+        const uint32_t nonsign = ((bits >> 13) & UINT32_C(0x00007C00)) + (bits & UINT32_C(0x00000FFF));
+        return (uint16_t)((sign >> 16) | (shl1_w > UINT32_C(0xFF000000) ? UINT16_C(0x7E00) : nonsign));
+    }
+    #endif
+
+    /* ---- F16 row: sum_j half(w[j]) * x[j] ----
+       64 float lanes, enough fused multiply-adds in flight to hide their latency: lane u accumulates
+       j = u (mod 64) over the whole groups of 64, lanes 0..15 then take the remaining whole groups of
+       16, the lanes are reduced in a fixed order ((u, u+16, u+32, u+48), then (u, u+4, u+8, u+12),
+       then (0+2)+(1+3)) and the last n mod 16 products are added in order. AVX-512: four zmm;
+       F16C + FMA: eight ymm; elsewhere plain C over the same lanes. */
+    static inline float pyllama_dot_f16(const uint16_t* w, const float* x, ptrdiff_t n) {
+        const ptrdiff_t n_wide = n - n % 64, n_main = n - n % 16;
+        ptrdiff_t j;
+        float l[64];
+    #if defined(__AVX512F__)
+        __m512 a[4];
+        for (int k = 0; k < 4; k++) a[k] = _mm512_setzero_ps();
+        for (j = 0; j < n_wide; j += 64)
+            for (int k = 0; k < 4; k++)
+                a[k] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(w + j + 16 * k))),
+                                       _mm512_loadu_ps(x + j + 16 * k), a[k]);
+        for (; j < n_main; j += 16)
+            a[0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(w + j))),
+                                   _mm512_loadu_ps(x + j), a[0]);
+        for (int k = 0; k < 4; k++) _mm512_storeu_ps(l + 16 * k, a[k]);
+    #elif defined(__F16C__) && defined(__FMA__)
+        __m256 a[8];
+        for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
+        for (j = 0; j < n_wide; j += 64)
+            for (int k = 0; k < 8; k++)
+                a[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w + j + 8 * k))),
+                                       _mm256_loadu_ps(x + j + 8 * k), a[k]);
+        for (; j < n_main; j += 16)
+            for (int k = 0; k < 2; k++)
+                a[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w + j + 8 * k))),
+                                       _mm256_loadu_ps(x + j + 8 * k), a[k]);
+        for (int k = 0; k < 8; k++) _mm256_storeu_ps(l + 8 * k, a[k]);
+    #else
+        for (int u = 0; u < 64; u++) l[u] = 0.0f;
+        for (j = 0; j < n_wide; j += 64)
+            for (int u = 0; u < 64; u++) l[u] = l[u] + pyllama_half_to_float(w[j + u]) * x[j + u];
+        for (; j < n_main; j += 16)
+            for (int u = 0; u < 16; u++) l[u] = l[u] + pyllama_half_to_float(w[j + u]) * x[j + u];
+    #endif
+        for (int u = 0; u < 16; u++) l[u] = (l[u] + l[u + 16]) + (l[u + 32] + l[u + 48]);
+        for (int u = 0; u < 4; u++) l[u] = (l[u] + l[u + 4]) + (l[u + 8] + l[u + 12]);
+        float total = (l[0] + l[2]) + (l[1] + l[3]);
+        for (j = n_main; j < n; j++) total = total + pyllama_half_to_float(w[j]) * x[j];
+        return total;
+    }
+
+    /* ---- Q8_0 row times the Q8_0-quantised activation ----
+       A block is fp16 d then 32 int8. Per block, 8 int32 lanes: lane l = sum_k w[4l+k] x[4l+k]
+       (k < 4), exact. Each lane is converted to float and fused-multiply-added with d_w * d_x into
+       one of two accumulators (even blocks, odd blocks: two dependency chains), which are added
+       lane-wise at the end and reduced in a fixed order. AVX2: the integer dot is |w| (unsigned) times
+       sign(w)·x with maddubs + madd, or one vpdpbusd with VNNI; exact because |x| <= 127. The plain C
+       path computes the same lanes. */
+    static inline float pyllama_reduce8(const float* a8) {
+        return ((a8[0] + a8[4]) + (a8[2] + a8[6])) + ((a8[1] + a8[5]) + (a8[3] + a8[7]));
+    }
+
+    #if defined(__AVX2__) && defined(__FMA__)
+    static inline __m256i pyllama_dot4_i8(const uint8_t* wq, const int8_t* xq) {
+        const __m256i w = _mm256_loadu_si256((const __m256i*)wq);
+        const __m256i x = _mm256_loadu_si256((const __m256i*)xq);
+        const __m256i aw = _mm256_abs_epi8(w);      /* |w| as unsigned bytes: -128 gives 128, exact */
+        const __m256i sx = _mm256_sign_epi8(x, w);  /* x * sign(w): |x| <= 127 never overflows */
+    #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+        return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
+    #elif defined(__AVXVNNI__)
+        return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, sx);
+    #else
+        /* byte pairs to int16: |sum| <= 2 * 128 * 127 < 32767, so maddubs never saturates */
+        return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+    #endif
+    }
+    #endif
+
+    static inline float pyllama_q8_0_scale(const uint8_t* blk, const float* xs, ptrdiff_t b) {
+        uint16_t dh;
+        memcpy(&dh, blk, sizeof dh);
+        return pyllama_half_to_float(dh) * xs[b];
+    }
+
+    static inline float pyllama_dot_q8_0(const uint8_t* w, const int8_t* xq, const float* xs, ptrdiff_t n_blocks) {
+        float a0[8], a1[8];
+    #if defined(__AVX2__) && defined(__FMA__)
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        ptrdiff_t b = 0;
+        for (; b + 1 < n_blocks; b += 2) {
+            const uint8_t* blk = w + 34 * b;
+            const __m256i s0 = pyllama_dot4_i8(blk + 2, xq + 32 * b);
+            const __m256i s1 = pyllama_dot4_i8(blk + 36, xq + 32 * b + 32);
+            const __m256 d0 = _mm256_set1_ps(pyllama_q8_0_scale(blk, xs, b));
+            const __m256 d1 = _mm256_set1_ps(pyllama_q8_0_scale(blk + 34, xs, b + 1));
+            acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
+            acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc1);
+        }
+        if (b < n_blocks) {
+            const __m256i s0 = pyllama_dot4_i8(w + 34 * b + 2, xq + 32 * b);
+            const __m256 d0 = _mm256_set1_ps(pyllama_q8_0_scale(w + 34 * b, xs, b));
+            acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
+        }
+        _mm256_storeu_ps(a0, acc0);
+        _mm256_storeu_ps(a1, acc1);
+    #else
+        for (int l = 0; l < 8; l++) { a0[l] = 0.0f; a1[l] = 0.0f; }
+        for (ptrdiff_t b = 0; b < n_blocks; b++) {
+            const uint8_t* blk = w + 34 * b;
+            const int8_t* wq = (const int8_t*)(blk + 2);
+            const int8_t* xb = xq + 32 * b;
+            const float d = pyllama_q8_0_scale(blk, xs, b);
+            float* acc = (b & 1) ? a1 : a0;
+            for (int l = 0; l < 8; l++) {
+                int32_t s = 0;
+                for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * (int32_t)xb[4 * l + k];
+                acc[l] = acc[l] + d * (float)s;
+            }
+        }
+    #endif
+        for (int l = 0; l < 8; l++) a0[l] = a0[l] + a1[l];
+        return pyllama_reduce8(a0);
+    }
+    """
+    float half_to_float "pyllama_half_to_float"(uint16_t h) noexcept nogil
+    uint16_t float_to_half "pyllama_float_to_half"(float x) noexcept nogil
+    float dot_f16 "pyllama_dot_f16"(const uint16_t* w, const float* x, Py_ssize_t n) noexcept nogil
+    float dot_q8_0 "pyllama_dot_q8_0"(const uint8_t* w, const signed char* xq, const float* xs,
+                                      Py_ssize_t n_blocks) noexcept nogil
+
+DEF QK8_0 = 32          # values per Q8_0 block
+DEF Q8_0_BYTES = 34     # fp16 scale + 32 int8
+# Below this many weights a matrix is multiplied on the calling thread: waking the OpenMP team costs
+# more than it saves. matvec_f32 stops at 2^15 weights; F16 and int8 rows stream 2x and 4x faster,
+# so the same time is reached at 2^16 and 2^17. (A row is one dot product whoever computes it.)
+DEF SERIAL_BELOW_F16 = 1 << 16
+DEF SERIAL_BELOW_Q8 = 1 << 17
+
+
+# ---- F16 ---------------------------------------------------------------------------------------
+
+cdef void matvec_f16(float* out, const Matrix* m, const float* x, int n_threads) noexcept nogil:
+    cdef const uint16_t* w = <const uint16_t*>m.data
+    cdef Py_ssize_t cols = m.cols
+    cdef Py_ssize_t i
+    if m.rows * cols < SERIAL_BELOW_F16:
+        for i in range(m.rows):
+            out[i] = dot_f16(w + i * cols, x, cols)
+        return
+    for i in prange(m.rows, schedule="static", num_threads=n_threads):
+        out[i] = dot_f16(w + i * cols, x, cols)
+
+
+# ---- Q8_0 --------------------------------------------------------------------------------------
+
+cdef void quantize_q8_0(signed char* q, float* scales, const float* x, Py_ssize_t n) noexcept nogil:
+    """x[n] (n a multiple of 32) -> int8 q[n] and one scale per block (the fp16 scale as float32)."""
+    cdef Py_ssize_t b, k
+    cdef float amax, inv
+    cdef const float* xb
+    for b in range(n // QK8_0):
+        xb = x + b * QK8_0
+        amax = 0.0
+        for k in range(QK8_0):
+            amax = amax if amax >= fabsf(xb[k]) else fabsf(xb[k])
+        # ggml stores d = amax / 127 as fp16; the dot product reads it back as float32
+        scales[b] = half_to_float(float_to_half(amax / <float>127.0))
+        inv = <float>127.0 / amax if amax != 0 else 0.0
+        for k in range(QK8_0):
+            # |x * inv| <= 127 (up to rounding of inv), so the int8 conversion never overflows
+            q[b * QK8_0 + k] = <signed char><int>rintf(xb[k] * inv)
+
+
+cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil:
+    cdef Py_ssize_t n_blocks = m.cols // QK8_0
+    cdef Py_ssize_t row_bytes = n_blocks * Q8_0_BYTES
+    cdef const uint8_t* w = <const uint8_t*>m.data
+    quantize_q8_0(scratch.q, scratch.scales, x, m.cols)
+    cdef Py_ssize_t i
+    if m.rows * m.cols < SERIAL_BELOW_Q8:
+        for i in range(m.rows):
+            out[i] = dot_q8_0(w + i * row_bytes, scratch.q, scratch.scales, n_blocks)
+        return
+    for i in prange(m.rows, schedule="static", num_threads=n_threads):
+        out[i] = dot_q8_0(w + i * row_bytes, scratch.q, scratch.scales, n_blocks)
+
+
+# ---- Q8_GROUPS (llama2.c version 2) ------------------------------------------------------------
 
 cdef void quantize_groups(signed char* q, float* scales, const float* x, Py_ssize_t n, int gs) noexcept nogil:
     cdef Py_ssize_t g, i
-    cdef float wmax, scale, inv
+    cdef float wmax, scale
     for g in range(n // gs):
         wmax = 0.0
         for i in range(gs):
@@ -48,24 +305,95 @@ cdef void matvec_q8_groups(float* out, const Matrix* m, const float* x, QuantScr
     quantize_groups(scratch.q, scratch.scales, x, cols, gs)
     cdef const signed char* w = <const signed char*>m.data
     cdef Py_ssize_t i
+    if m.rows * cols < SERIAL_BELOW_Q8:
+        for i in range(m.rows):
+            out[i] = dot_q8_groups(w + i * cols, m.scales + i * (cols // gs), scratch.q, scratch.scales, cols, gs)
+        return
     for i in prange(m.rows, schedule="static", num_threads=n_threads):
         out[i] = dot_q8_groups(w + i * cols, m.scales + i * (cols // gs), scratch.q, scratch.scales, cols, gs)
 
 
-cdef void matvec_f16(float* out, const Matrix* m, const float* x, int n_threads) noexcept nogil:
-    pass
-
-
-cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil:
-    pass
-
+# ---- rows as float32 (the token embedding lookup) ----------------------------------------------
 
 cdef void dequantize_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:
-    cdef Py_ssize_t j
+    cdef Py_ssize_t j, b, k
     cdef const signed char* q
     cdef const float* s
+    cdef const uint16_t* h
+    cdef const uint8_t* blk
+    cdef float d
     if m.qtype == QTYPE_Q8_GROUPS:
         q = (<const signed char*>m.data) + row * m.cols
         s = m.scales + row * (m.cols // m.group_size)
         for j in range(m.cols):
             out[j] = q[j] * s[j // m.group_size]
+    elif m.qtype == QTYPE_F16:
+        h = (<const uint16_t*>m.data) + row * m.cols
+        for j in range(m.cols):
+            out[j] = half_to_float(h[j])
+    elif m.qtype == QTYPE_Q8_0:
+        blk = (<const uint8_t*>m.data) + row * (m.cols // QK8_0) * Q8_0_BYTES
+        for b in range(m.cols // QK8_0):
+            d = half_to_float((<const uint16_t*>blk)[0])
+            q = <const signed char*>(blk + 2)
+            for k in range(QK8_0):
+                out[b * QK8_0 + k] = d * q[k]
+            blk = blk + Q8_0_BYTES
+
+
+# ---- thin wrappers for tests -------------------------------------------------------------------
+
+def quantize_q8_0_np(const float[::1] x):
+    """The activation quantisation of ``matvec_q8_0``: (int8[n], float32 scales[n // 32])."""
+    if x.shape[0] % QK8_0:
+        raise ValueError(f"quantize_q8_0: {x.shape[0]} values is not a multiple of {QK8_0}")
+    q = np.zeros(x.shape[0], dtype=np.int8)
+    s = np.zeros(x.shape[0] // QK8_0, dtype=np.float32)
+    cdef signed char[::1] qv = q
+    cdef float[::1] sv = s
+    if x.shape[0]:
+        with nogil:
+            quantize_q8_0(&qv[0], &sv[0], &x[0], x.shape[0])
+    return q, s
+
+
+def dequantize_tensor_row(tensor, Py_ssize_t row):
+    """Row ``row`` of a weight ``Tensor`` of any stored type as float32, through the engine's kernel."""
+    if not 0 <= row < tensor.rows:
+        raise IndexError(f"row {row} is outside a tensor of {tensor.rows} rows")
+    # the Matrix is built here rather than with matvec.matrix_of: matvec cimports this module
+    cdef Matrix m
+    m.qtype = int(tensor.qtype)
+    m.data = <const void*><size_t>tensor.data.ctypes.data
+    m.scales = <const float*><size_t>tensor.scales.ctypes.data if tensor.scales is not None else NULL
+    m.group_size = tensor.group_size
+    m.rows = tensor.rows
+    m.cols = tensor.cols
+    out = np.zeros(tensor.cols, dtype=np.float32)
+    cdef float[::1] o = out
+    if m.qtype == QTYPE_F32:
+        o[:] = np.asarray(tensor.data).reshape(tensor.rows, tensor.cols)[row]
+    elif tensor.cols:
+        with nogil:
+            dequantize_row(&o[0], &m, row)
+    return out
+
+
+def half_to_float_np(const uint16_t[::1] h):
+    """float32 values of IEEE half bit patterns, through the kernels' conversion."""
+    out = np.zeros(h.shape[0], dtype=np.float32)
+    cdef float[::1] o = out
+    cdef Py_ssize_t i
+    for i in range(h.shape[0]):
+        o[i] = half_to_float(h[i])
+    return out
+
+
+def float_to_half_np(const float[::1] x):
+    """IEEE half bit patterns (round to nearest-even) of float32 values, through the kernels' conversion."""
+    out = np.zeros(x.shape[0], dtype=np.uint16)
+    cdef uint16_t[::1] o = out
+    cdef Py_ssize_t i
+    for i in range(x.shape[0]):
+        o[i] = float_to_half(x[i])
+    return out

@@ -1,0 +1,516 @@
+"""GGUF model files (llama.cpp's format), memory-mapped, never copied.
+
+Read with the ``gguf`` package's ``GGUFReader`` (llama.cpp's own reader: ``np.memmap`` plus
+zero-copy views), behind a subclass that turns every short read and implausible size into a
+one-line ``CheckpointError`` instead of an ``IndexError``, a reshape error or a loop over a
+2^60-element array. Format: ggml's ``docs/gguf.md``; tensor dimensions are in ggml order, ``ne0``
+first: a matrix of ``ne = [cols, rows]`` stores row r at ``r * ne0`` (``ne0`` = inputs).
+
+Supported: architectures ``llama`` (RoPE pairs (2i, 2i+1)) and ``qwen2`` (NEOX pairs (i, i + n_rot/2)
+and Q/K/V biases), grouped-query attention, tied embeddings (no ``output.weight``), and matrices
+stored as F32, F16 or Q8_0 (types may differ per tensor). Hyperparameters come from the
+``{arch}.*`` keys with llama.cpp's defaults: ``head_count_kv`` = ``head_count``, ``key_length`` =
+``embedding_length / head_count``, ``rope.dimension_count`` = head size, ``rope.freq_base`` = 10000;
+the vocabulary size is the token list's length (or the embedding's rows when there is no list).
+
+Conversions of llama2.c checkpoints need no permutation here: llama.cpp's llama2.c converter copies
+wq/wk unchanged, because run.c and GGUF ``llama`` both rotate pairs (2i, 2i+1). (Its Hugging Face
+converter does permute Q/K rows, since HF checkpoints rotate halves; the result is again GGUF's
+pair layout.)
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
+from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
+
+from pyllama.checkpoint.weights import LayerWeights, QType, Tensor, Weights
+from pyllama.config import ROPE_NEOX, ROPE_NORMAL, ModelConfig
+from pyllama.errors import CheckpointError
+
+GGUF_MAGIC = b"GGUF"
+ROPE_STYLES = {"llama": ROPE_NORMAL, "qwen2": ROPE_NEOX}
+SUPPORTED_ARCHS = tuple(ROPE_STYLES)
+MATRIX_TYPES = {
+    GGMLQuantizationType.F32: QType.F32,
+    GGMLQuantizationType.F16: QType.F16,
+    GGMLQuantizationType.Q8_0: QType.Q8_0,
+}
+ROPE_SCALE_LINEAR = "{arch}.rope.scale_linear"  # the old name of rope.scaling.factor
+GGML_MAX_DIMS = 4
+# Bounds no real model comes near; a header outside them is corrupt, not a model.
+MAX_DIM = 1 << 20
+MAX_LAYERS = 1 << 12
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = 1 << 26
+
+_U64 = struct.Struct("<Q")
+_INTEGER_TYPES = {
+    GGUFValueType.UINT8,
+    GGUFValueType.INT8,
+    GGUFValueType.UINT16,
+    GGUFValueType.INT16,
+    GGUFValueType.UINT32,
+    GGUFValueType.INT32,
+    GGUFValueType.UINT64,
+    GGUFValueType.INT64,
+}
+_FLOAT_TYPES = {GGUFValueType.FLOAT32, GGUFValueType.FLOAT64}
+# the fewest bytes one array element of each type takes (a string: its 8-byte length)
+_MIN_ITEM_BYTES = {
+    GGUFValueType.STRING: 8,
+    GGUFValueType.ARRAY: 12,
+    GGUFValueType.UINT64: 8,
+    GGUFValueType.INT64: 8,
+    GGUFValueType.FLOAT64: 8,
+    GGUFValueType.UINT32: 4,
+    GGUFValueType.INT32: 4,
+    GGUFValueType.FLOAT32: 4,
+    GGUFValueType.UINT16: 2,
+    GGUFValueType.INT16: 2,
+}
+
+
+def _tensor_name(kind: MODEL_TENSOR, suffix: str = "weight", layer: int | None = None) -> str:
+    base = TENSOR_NAMES[kind]
+    return f"{base.format(bid=layer) if layer is not None else base}.{suffix}"
+
+
+class _Malformed(Exception):
+    """Raised inside the reader; ``load_gguf`` prefixes the file name."""
+
+
+class _CheckedReader(GGUFReader):
+    """``GGUFReader`` with bounds checks on every read, on array lengths and on tensor extents.
+
+    gguf-py slices its memmap without checking the file's end (a short slice then fails somewhere
+    later with an unrelated message, or a huge array length loops for ever over empty reads), and
+    computes tensor sizes in wrapping uint64. These overrides check first and say what is wrong.
+
+    Metadata arrays (the vocabulary: tens of thousands of strings, scores and types) take a fast
+    path that builds the same ``ReaderField`` parts from a plain ndarray view: gguf-py's generic
+    path makes several memmap views per element and takes seconds for a 32,000-token vocabulary.
+    """
+
+    def _get(self, offset, dtype, count=1, override_order=None):
+        end = int(offset) + np.dtype(dtype).itemsize * int(count)
+        if end > self.data.size:
+            raise _Malformed(
+                f"truncated: a read of {int(count)} x {np.dtype(dtype).name} at byte {int(offset):,} "
+                f"needs {end:,} bytes, the file has {self.data.size:,}"
+            )
+        return super()._get(offset, dtype, count, override_order)
+
+    def _get_field_parts(self, orig_offs, raw_type):
+        if raw_type != GGUFValueType.ARRAY:
+            return super()._get_field_parts(orig_offs, raw_type)
+        raw_itype = self._get(orig_offs, np.uint32)
+        alen = self._get(orig_offs + 4, np.uint64)
+        count = int(alen[0])
+        try:
+            item_type = GGUFValueType(int(raw_itype[0]))
+        except ValueError:
+            raise _Malformed(f"unknown metadata value type {int(raw_itype[0])} at byte {orig_offs:,}") from None
+        left = self.data.size - orig_offs - 12
+        if count * _MIN_ITEM_BYTES.get(item_type, 1) > left:
+            raise _Malformed(
+                f"an array at byte {orig_offs:,} claims {count:,} elements, more than the "
+                f"{left:,} bytes left in the file can hold: truncated file or corrupt metadata"
+            )
+        if self.byte_order != "I" or count == 0:
+            return super()._get_field_parts(orig_offs, raw_type)
+        plain = self.data.view(np.ndarray)  # slicing a plain ndarray is several times cheaper than a memmap
+        parts: list = [raw_itype, alen]
+        offs = orig_offs + 12
+        if item_type == GGUFValueType.STRING:
+            size = plain.size
+            unpack = _U64.unpack_from
+            for _ in range(count):
+                if offs + 8 > size:
+                    raise _Malformed(f"truncated: a string at byte {offs:,} runs past the end of the file")
+                (n,) = unpack(plain, offs)
+                if offs + 8 + n > size:
+                    raise _Malformed(
+                        f"truncated: a string of {n:,} bytes at byte {offs:,} runs past the end of the file"
+                    )
+                parts.append(plain[offs : offs + 8].view(np.uint64))
+                parts.append(plain[offs + 8 : offs + 8 + n])
+                offs += 8 + n
+            return offs - orig_offs, parts, list(range(3, len(parts), 2)), [GGUFValueType.ARRAY, item_type]
+        np_type = self.gguf_scalar_to_np.get(item_type)
+        if np_type is None:  # nested arrays: rare, small, the generic path
+            return super()._get_field_parts(orig_offs, raw_type)
+        nbytes = count * np.dtype(np_type).itemsize
+        values = plain[offs : offs + nbytes].view(np_type)
+        parts.extend(values[i : i + 1] for i in range(count))
+        return 12 + nbytes, parts, list(range(2, 2 + count)), [GGUFValueType.ARRAY, item_type]
+
+    def _get_tensor_info_field(self, orig_offs):
+        # check the dimension count before gguf-py reads that many dimensions and misreads the rest
+        name_len = int(self._get(orig_offs, np.uint64)[0])
+        name = bytes(self._get(orig_offs + 8, np.uint8, min(name_len, 256))).decode("utf-8", errors="replace")
+        n_dims = int(self._get(orig_offs + 8 + name_len, np.uint32)[0])
+        if not 1 <= n_dims <= GGML_MAX_DIMS:
+            raise _Malformed(f"tensor {name} has {n_dims} dimensions (GGUF allows 1 to {GGML_MAX_DIMS})")
+        return super()._get_tensor_info_field(orig_offs)
+
+    def _build_tensors(self, start_offs, fields):
+        file_size = int(self.data.size)
+        for field in fields:
+            _, name_data, _, dims, raw_dtype, offset = field.parts
+            name = bytes(name_data).decode("utf-8", errors="replace")
+            shape = [int(d) for d in dims]
+            if any(d <= 0 or d > 1 << 40 for d in shape):
+                raise _Malformed(f"tensor {name} has dimensions {shape}: corrupt tensor info")
+            try:
+                qtype = GGMLQuantizationType(int(raw_dtype[0]))
+            except ValueError:
+                raise _Malformed(f"tensor {name} has unknown ggml type id {int(raw_dtype[0])}") from None
+            block, type_size = GGML_QUANT_SIZES[qtype]
+            if shape[0] % block:
+                raise _Malformed(
+                    f"tensor {name} ({qtype.name}) has rows of {shape[0]} values, "
+                    f"not a multiple of the {qtype.name} block of {block}"
+                )
+            n_elements = int(np.prod(shape, dtype=object))
+            n_bytes = n_elements // block * type_size
+            start = start_offs + int(offset[0])
+            if int(offset[0]) % self.alignment:
+                raise _Malformed(
+                    f"tensor {name} starts at data offset {int(offset[0]):,}, "
+                    f"not a multiple of the alignment {self.alignment}"
+                )
+            if start + n_bytes > file_size:
+                raise _Malformed(
+                    f"tensor {name} {shape} ({qtype.name}) ends at byte {start + n_bytes:,} but the file has "
+                    f"{file_size:,} bytes: truncated download?"
+                )
+        super()._build_tensors(start_offs, fields)
+
+
+def _open(path: Path) -> _CheckedReader:
+    name = path.name
+    size = path.stat().st_size
+    if size < 24:
+        raise CheckpointError(f"{name}: {size} bytes is too small for a GGUF header (24 bytes)")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise CheckpointError(f"{name}: not a GGUF file: it starts with {magic!r}, expected {GGUF_MAGIC!r}")
+    try:
+        reader = _CheckedReader(path, "r")
+    except _Malformed as exc:
+        raise CheckpointError(f"{name}: {exc}") from None
+    except (ValueError, KeyError, IndexError, OverflowError, UnicodeDecodeError, MemoryError) as exc:
+        # what gguf-py raises itself: bad version, duplicate keys or tensors, bad alignment ...
+        raise CheckpointError(f"{name}: not a readable GGUF file: {exc}") from None
+    if reader.byte_order != "I":
+        raise CheckpointError(f"{name}: a big-endian GGUF file; pyllama reads little-endian GGUF only")
+    return reader
+
+
+class _Meta:
+    """Typed access to the key/value metadata, with errors that name the file and the key."""
+
+    def __init__(self, reader: GGUFReader, name: str) -> None:
+        self.reader = reader
+        self.name = name
+
+    def _field(self, key: str):
+        return self.reader.fields.get(key)
+
+    def has(self, key: str) -> bool:
+        return key in self.reader.fields
+
+    def string(self, key: str, default: str | None = None) -> str | None:
+        field = self._field(key)
+        if field is None:
+            return default
+        if field.types != [GGUFValueType.STRING]:
+            raise CheckpointError(f"{self.name}: metadata {key} should be a string, found {_type_name(field)}")
+        try:
+            return field.contents()
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{self.name}: metadata {key} is not valid UTF-8") from None
+
+    def integer(self, key: str, default: int | None = None, per_layer: int = 0) -> int | None:
+        """An integer key; ``per_layer`` > 0 also accepts llama.cpp's one-value-per-layer arrays
+        when every layer has the same value (pyllama has one shape for all layers)."""
+        field = self._field(key)
+        if field is None:
+            if default is None:
+                raise CheckpointError(f"{self.name}: metadata key {key} is missing (llama.cpp requires it too)")
+            return default
+        if field.types and field.types[0] == GGUFValueType.ARRAY and per_layer and field.types[-1] in _INTEGER_TYPES:
+            values = [int(v) for v in field.contents()]
+            if len(values) != per_layer or len(set(values)) != 1:
+                raise CheckpointError(
+                    f"{self.name}: {key} varies per layer ({values[:8]}{' ...' if len(values) > 8 else ''}); "
+                    "pyllama supports models whose layers all have the same shape"
+                )
+            return values[0]
+        if len(field.types) != 1 or field.types[0] not in _INTEGER_TYPES:
+            raise CheckpointError(f"{self.name}: metadata {key} should be an integer, found {_type_name(field)}")
+        return int(field.contents())
+
+    def number(self, key: str, default: float | None = None) -> float | None:
+        field = self._field(key)
+        if field is None:
+            if default is None:
+                raise CheckpointError(f"{self.name}: metadata key {key} is missing (llama.cpp requires it too)")
+            return default
+        if len(field.types) != 1 or field.types[0] not in _FLOAT_TYPES | _INTEGER_TYPES:
+            raise CheckpointError(f"{self.name}: metadata {key} should be a number, found {_type_name(field)}")
+        return float(field.contents())
+
+    def array_length(self, key: str) -> int | None:
+        field = self._field(key)
+        if field is None:
+            return None
+        if not field.types or field.types[0] != GGUFValueType.ARRAY:
+            raise CheckpointError(f"{self.name}: metadata {key} should be an array, found {_type_name(field)}")
+        return len(field.data)
+
+
+def _type_name(field) -> str:
+    names = [t.name.lower() for t in field.types]
+    return names[0] if len(names) == 1 else f"{names[0]} of {names[-1]}"
+
+
+def _config(meta: _Meta, arch: str, vocab_size: int) -> ModelConfig:
+    name = meta.name
+
+    def key(template: str) -> str:
+        return template.format(arch=arch)
+
+    n_layers = meta.integer(key(Keys.LLM.BLOCK_COUNT))
+    dim = meta.integer(key(Keys.LLM.EMBEDDING_LENGTH))
+    n_heads = meta.integer(key(Keys.Attention.HEAD_COUNT), per_layer=n_layers)
+    hidden_dim = meta.integer(key(Keys.LLM.FEED_FORWARD_LENGTH), per_layer=n_layers)
+    seq_len = meta.integer(key(Keys.LLM.CONTEXT_LENGTH))
+    shown = f"block_count={n_layers}, embedding_length={dim}, head_count={n_heads}, feed_forward_length={hidden_dim}"
+    if not (
+        0 < n_layers <= MAX_LAYERS
+        and 0 < dim <= MAX_DIM
+        and 0 < n_heads <= dim
+        and 0 < hidden_dim <= 16 * MAX_DIM
+        and 0 < seq_len <= MAX_CONTEXT
+    ):
+        raise CheckpointError(f"{name}: implausible hyperparameters ({shown}, context_length={seq_len}): corrupt file")
+    n_kv_heads = meta.integer(key(Keys.Attention.HEAD_COUNT_KV), default=n_heads, per_layer=n_layers)
+    if not 0 < n_kv_heads <= n_heads or n_heads % n_kv_heads:
+        raise CheckpointError(
+            f"{name}: head_count={n_heads} is not a multiple of head_count_kv={n_kv_heads}: "
+            "grouped-query attention needs whole groups"
+        )
+    if dim % n_heads and not meta.has(key(Keys.Attention.KEY_LENGTH)):
+        raise CheckpointError(f"{name}: embedding_length={dim} is not a multiple of head_count={n_heads}")
+    head_dim = meta.integer(key(Keys.Attention.KEY_LENGTH), default=dim // n_heads)
+    value_dim = meta.integer(key(Keys.Attention.VALUE_LENGTH), default=dim // n_heads)
+    if value_dim != head_dim:
+        raise CheckpointError(
+            f"{name}: key_length={head_dim} differs from value_length={value_dim}; pyllama needs equal head sizes"
+        )
+    if not 0 < head_dim <= MAX_DIM or head_dim % 2:
+        raise CheckpointError(f"{name}: head size {head_dim} is not a positive even number; RoPE needs pairs")
+    n_rot = meta.integer(key(Keys.Rope.DIMENSION_COUNT), default=head_dim)
+    if arch == "llama" and n_rot != head_dim:
+        # llama.cpp refuses this too ("invalid n_rot")
+        raise CheckpointError(
+            f"{name}: rope.dimension_count={n_rot} but the head size is {head_dim}; llama rotates whole heads"
+        )
+    if not 0 < n_rot <= head_dim or n_rot % 2:
+        raise CheckpointError(f"{name}: rope.dimension_count={n_rot} must be even and at most the head size {head_dim}")
+    rope_theta = meta.number(key(Keys.Rope.FREQ_BASE), default=10000.0)
+    if not rope_theta > 0:
+        raise CheckpointError(f"{name}: rope.freq_base={rope_theta} must be positive")
+    scaling = meta.string(key(Keys.Rope.SCALING_TYPE), default="none")
+    factor = meta.number(key(Keys.Rope.SCALING_FACTOR), default=0.0)
+    if factor == 0.0:
+        factor = meta.number(key(ROPE_SCALE_LINEAR), default=0.0)
+    if scaling not in ("none", "linear") or factor not in (0.0, 1.0):
+        raise CheckpointError(
+            f"{name}: RoPE scaling (type {scaling}, factor {factor:g}) is not supported; "
+            "pyllama runs models with plain RoPE"
+        )
+    experts = meta.integer(key(Keys.LLM.EXPERT_COUNT), default=0)
+    if experts:
+        raise CheckpointError(f"{name}: a mixture-of-experts model ({experts} experts); pyllama runs dense models only")
+    norm_eps = meta.number(key(Keys.Attention.LAYERNORM_RMS_EPS))
+    if not 0 < norm_eps < 1:
+        raise CheckpointError(f"{name}: layer_norm_rms_epsilon={norm_eps} is not a small positive number")
+    return ModelConfig(
+        dim=dim,
+        hidden_dim=hidden_dim,
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        vocab_size=vocab_size,
+        seq_len=seq_len,
+        head_dim=head_dim,
+        n_rot=n_rot,
+        rope_theta=rope_theta,
+        rope_style=ROPE_STYLES[arch],
+        norm_eps=norm_eps,
+        arch=arch,
+    )
+
+
+class _Tensors:
+    """The file's tensors by name; hands each out once, checked against the shape the model needs."""
+
+    def __init__(self, reader: GGUFReader, name: str) -> None:
+        self.name = name
+        self.by_name = {t.name: t for t in reader.tensors}
+        self.used: set[str] = set()
+
+    def get(self, tname: str):
+        t = self.by_name.get(tname)
+        if t is None:
+            raise CheckpointError(f"{self.name}: tensor {tname} is missing")
+        self.used.add(tname)
+        return t
+
+    def has(self, tname: str) -> bool:
+        return tname in self.by_name
+
+    def _check_shape(self, t, expected: list[int]) -> None:
+        found = [int(d) for d in t.shape]
+        if found != expected:
+            raise CheckpointError(
+                f"{self.name}: tensor {t.name} has shape {found} (ggml order, ne0 first), "
+                f"the model's hyperparameters need {expected}"
+            )
+
+    def matrix(self, tname: str, rows: int, cols: int) -> Tensor:
+        """A weight matrix of ``rows`` outputs by ``cols`` inputs: GGUF ne = [cols, rows]."""
+        t = self.get(tname)
+        self._check_shape(t, [cols, rows])
+        qtype = MATRIX_TYPES.get(t.tensor_type)
+        if qtype is None:
+            supported = ", ".join(q.name for q in MATRIX_TYPES)
+            raise CheckpointError(
+                f"{self.name}: tensor {tname} is stored as {t.tensor_type.name}; pyllama multiplies {supported} "
+                "matrices (convert the model to one of them, e.g. llama-quantize ... Q8_0)"
+            )
+        return Tensor(tname, qtype, rows, cols, t.data.reshape(rows, -1))
+
+    def vector(self, tname: str, n: int) -> np.ndarray:
+        """A norm weight or bias as float32[n]: a view when stored as F32, a small copy from F16."""
+        t = self.get(tname)
+        self._check_shape(t, [n])
+        if t.tensor_type == GGMLQuantizationType.F32:
+            return t.data.reshape(n)
+        if t.tensor_type == GGMLQuantizationType.F16:
+            return t.data.reshape(n).astype(np.float32)
+        raise CheckpointError(f"{self.name}: vector {tname} is stored as {t.tensor_type.name}; expected F32 or F16")
+
+    def check_all_used(self) -> None:
+        unused = [n for n in self.by_name if n not in self.used]
+        if unused:
+            shown = ", ".join(unused[:6]) + (f" and {len(unused) - 6} more" if len(unused) > 6 else "")
+            hint = ""
+            if any(n.startswith(TENSOR_NAMES[MODEL_TENSOR.ROPE_FREQS]) for n in unused):
+                hint = " (rope_freqs: Llama 3.1-style RoPE frequency scaling, not supported)"
+            elif any(n.endswith(".bias") for n in unused):
+                hint = " (biases pyllama's Llama block does not have)"
+            raise CheckpointError(
+                f"{self.name}: tensors pyllama would ignore: {shown}{hint}; refusing to run a different model"
+            )
+
+
+def load_gguf(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
+    """Map a GGUF ``llama`` or ``qwen2`` model and return its config and zero-copy weight views."""
+    path = Path(path)
+    name = path.name
+    reader = _open(path)
+    meta = _Meta(reader, name)
+    arch = meta.string(Keys.General.ARCHITECTURE)
+    if arch is None:
+        raise CheckpointError(f"{name}: no general.architecture key: a vocabulary-only GGUF, not a model?")
+    if arch not in SUPPORTED_ARCHS:
+        raise CheckpointError(
+            f"{name}: architecture {arch!r} is not supported; pyllama runs {' and '.join(SUPPORTED_ARCHS)} models"
+        )
+    tensors = _Tensors(reader, name)
+    embd_name = _tensor_name(MODEL_TENSOR.TOKEN_EMBD)
+    if not tensors.has(embd_name):
+        raise CheckpointError(f"{name}: tensor {embd_name} is missing: a vocabulary-only GGUF, not a model?")
+    embd_shape = [int(d) for d in tensors.by_name[embd_name].shape]
+    if len(embd_shape) != 2:
+        raise CheckpointError(f"{name}: tensor {embd_name} has shape {embd_shape}, expected [dim, vocab]")
+    vocab_size = embd_shape[1]
+    n_tokens = meta.array_length(Keys.Tokenizer.LIST)
+    if n_tokens is not None and n_tokens != vocab_size:
+        raise CheckpointError(
+            f"{name}: the vocabulary lists {n_tokens:,} tokens but {embd_name} has {vocab_size:,} rows"
+        )
+    declared = meta.integer(f"{arch}.vocab_size", default=vocab_size)
+    if declared != vocab_size:
+        raise CheckpointError(f"{name}: {arch}.vocab_size={declared:,} but {embd_name} has {vocab_size:,} rows")
+    if not 0 < vocab_size <= MAX_VOCAB:
+        raise CheckpointError(f"{name}: vocabulary of {vocab_size:,} tokens is implausible: corrupt file")
+    cfg = _config(meta, arch, vocab_size)
+
+    d, h, qd, kvd = cfg.dim, cfg.hidden_dim, cfg.q_dim, cfg.kv_dim
+    emb = tensors.matrix(embd_name, vocab_size, d)
+    final_norm = tensors.vector(_tensor_name(MODEL_TENSOR.OUTPUT_NORM), d)
+    out_name = _tensor_name(MODEL_TENSOR.OUTPUT)
+    shared = not tensors.has(out_name)
+    cls = emb if shared else tensors.matrix(out_name, vocab_size, d)
+    layers = []
+    for i in range(cfg.n_layers):
+
+        def tn(kind: MODEL_TENSOR, suffix: str = "weight", layer: int = i) -> str:
+            return _tensor_name(kind, suffix, layer)
+
+        biases = {}
+        for kind, key, n in (
+            (MODEL_TENSOR.ATTN_Q, "bq", qd),
+            (MODEL_TENSOR.ATTN_K, "bk", kvd),
+            (MODEL_TENSOR.ATTN_V, "bv", kvd),
+        ):
+            # qwen2 requires them (as llama.cpp does); llama may have them
+            if arch == "qwen2" or tensors.has(tn(kind, "bias")):
+                biases[key] = tensors.vector(tn(kind, "bias"), n)
+        layers.append(
+            LayerWeights(
+                attn_norm=tensors.vector(tn(MODEL_TENSOR.ATTN_NORM), d),
+                wq=tensors.matrix(tn(MODEL_TENSOR.ATTN_Q), qd, d),
+                wk=tensors.matrix(tn(MODEL_TENSOR.ATTN_K), kvd, d),
+                wv=tensors.matrix(tn(MODEL_TENSOR.ATTN_V), kvd, d),
+                wo=tensors.matrix(tn(MODEL_TENSOR.ATTN_OUT), d, qd),
+                ffn_norm=tensors.vector(tn(MODEL_TENSOR.FFN_NORM), d),
+                w1=tensors.matrix(tn(MODEL_TENSOR.FFN_GATE), h, d),
+                w2=tensors.matrix(tn(MODEL_TENSOR.FFN_DOWN), d, h),
+                w3=tensors.matrix(tn(MODEL_TENSOR.FFN_UP), h, d),
+                **biases,
+            )
+        )
+    tensors.check_all_used()
+    qkv_bias = any(lw.bq is not None for lw in layers)
+    cfg = replace(cfg, shared_classifier=shared, qkv_bias=qkv_bias, extra=_extra(meta))
+    types = sorted({t.tensor_type.name for t in reader.tensors}, key=lambda s: (s != "F32", s))
+    version = int(reader.fields["GGUF.version"].contents())
+    fmt = f"GGUF v{version} {arch} ({'/'.join(types)})"
+    weights = Weights(emb, layers, final_norm, cls, source=reader, format=fmt, file_bytes=path.stat().st_size)
+    return cfg, weights
+
+
+def _extra(meta: _Meta) -> dict:
+    """A few descriptive keys for ``pyllama info``; nothing the engine reads."""
+    extra = {}
+    for key in (Keys.General.NAME, Keys.General.FILE_TYPE, Keys.Tokenizer.MODEL):
+        field = meta.reader.fields.get(key)
+        if field is not None and len(field.types) == 1:
+            try:
+                extra[key] = field.contents()
+            except (UnicodeDecodeError, ValueError):
+                pass
+    return extra
