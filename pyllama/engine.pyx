@@ -7,7 +7,6 @@ plugin (``attend_c``), which owns the whole cache. Nothing in ``forward_c`` or t
 allocates; a native (Cython) plugin runs without the GIL.
 """
 
-from libc.math cimport INFINITY
 from libc.stdint cimport int32_t
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy
@@ -17,8 +16,8 @@ import numpy as np
 
 from pyllama.attention.base cimport Attention
 from pyllama.kernels.elementwise cimport rmsnorm, swiglu, add_inplace
-from pyllama.kernels.matvec cimport Matrix, QuantScratch, matrix_of, matvec, embedding_row
-from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
+from pyllama.kernels.matvec cimport matrix_of, matvec, embedding_row
+from pyllama.kernels.rope cimport rope_spec_of, rope_row, rope_apply
 from pyllama.sampler cimport Sampler
 
 # Positions whose RoPE rows are precomputed; later positions (plugins that run past the context)
@@ -55,7 +54,7 @@ cdef class Engine:
         self.skip_logits = False
 
     def __init__(self, config, weights, Attention attention, int n_threads=1):
-        cdef int l, half
+        cdef int li, half
         cdef long long p
         if attention is None:
             raise TypeError("Engine needs an attention plugin")
@@ -82,19 +81,19 @@ cdef class Engine:
         self.layers = <LayerPtrs*>calloc(self.n_layers, sizeof(LayerPtrs))
         if self.layers == NULL:
             raise MemoryError()
-        for l, lw in enumerate(weights.layers):
-            self.layers[l].attn_norm = <const float*><size_t>lw.attn_norm.ctypes.data
-            self.layers[l].ffn_norm = <const float*><size_t>lw.ffn_norm.ctypes.data
-            self.layers[l].bq = <const float*><size_t>lw.bq.ctypes.data if lw.bq is not None else NULL
-            self.layers[l].bk = <const float*><size_t>lw.bk.ctypes.data if lw.bk is not None else NULL
-            self.layers[l].bv = <const float*><size_t>lw.bv.ctypes.data if lw.bv is not None else NULL
-            self.layers[l].wq = matrix_of(lw.wq)
-            self.layers[l].wk = matrix_of(lw.wk)
-            self.layers[l].wv = matrix_of(lw.wv)
-            self.layers[l].wo = matrix_of(lw.wo)
-            self.layers[l].w1 = matrix_of(lw.w1)
-            self.layers[l].w2 = matrix_of(lw.w2)
-            self.layers[l].w3 = matrix_of(lw.w3)
+        for li, lw in enumerate(weights.layers):
+            self.layers[li].attn_norm = <const float*><size_t>lw.attn_norm.ctypes.data
+            self.layers[li].ffn_norm = <const float*><size_t>lw.ffn_norm.ctypes.data
+            self.layers[li].bq = <const float*><size_t>lw.bq.ctypes.data if lw.bq is not None else NULL
+            self.layers[li].bk = <const float*><size_t>lw.bk.ctypes.data if lw.bk is not None else NULL
+            self.layers[li].bv = <const float*><size_t>lw.bv.ctypes.data if lw.bv is not None else NULL
+            self.layers[li].wq = matrix_of(lw.wq)
+            self.layers[li].wk = matrix_of(lw.wk)
+            self.layers[li].wv = matrix_of(lw.wv)
+            self.layers[li].wo = matrix_of(lw.wo)
+            self.layers[li].w1 = matrix_of(lw.w1)
+            self.layers[li].w2 = matrix_of(lw.w2)
+            self.layers[li].w3 = matrix_of(lw.w3)
 
         # activations, allocated once (numpy owns the memory; the engine keeps raw pointers)
         widest = max(self.dim, self.hidden_dim, self.q_dim)
@@ -105,7 +104,10 @@ cdef class Engine:
         }
         self._buffers = {name: np.zeros(n, dtype=np.float32) for name, n in buffers.items()}
         self._buffers["qs_q"] = np.zeros(widest, dtype=np.int8)
-        ptr = lambda name: <size_t>self._buffers[name].ctypes.data
+
+        def ptr(name):
+            return <size_t>self._buffers[name].ctypes.data
+
         self.x = <float*><size_t>ptr("x")
         self.xb = <float*><size_t>ptr("xb")
         self.xb2 = <float*><size_t>ptr("xb2")
@@ -187,7 +189,7 @@ cdef class Engine:
         return 0
 
     cdef int forward_c(self, int token, long long pos) except -1 nogil:
-        cdef int l
+        cdef int li
         cdef int half = self.rope.n_rot // 2
         cdef const float* cos_row
         cdef const float* sin_row
@@ -205,8 +207,8 @@ cdef class Engine:
         if self.tracing:
             with gil:
                 self._trace("inp_embd", -1, x, self.dim)
-        for l in range(self.n_layers):
-            lw = &self.layers[l]
+        for li in range(self.n_layers):
+            lw = &self.layers[li]
             # attention block
             rmsnorm(self.xb, x, lw.attn_norm, self.dim, self.eps)
             matvec(self.q, &lw.wq, self.xb, &self.qscratch, self.n_threads)
@@ -222,37 +224,37 @@ cdef class Engine:
             rope_apply(&self.rope, self.k, self.n_kv_heads, cos_row, sin_row)
             if self.tracing:
                 with gil:
-                    self._trace("attn_norm", l, self.xb, self.dim)
-                    self._trace("Qcur", l, self.q, self.q_dim)
-                    self._trace("Kcur", l, self.k, self.kv_dim)
-                    self._trace("Vcur", l, self.v, self.kv_dim)
-            self.attention.attend_c(l, pos, self.q, self.k, self.v, self.att_out)
+                    self._trace("attn_norm", li, self.xb, self.dim)
+                    self._trace("Qcur", li, self.q, self.q_dim)
+                    self._trace("Kcur", li, self.k, self.kv_dim)
+                    self._trace("Vcur", li, self.v, self.kv_dim)
+            self.attention.attend_c(li, pos, self.q, self.k, self.v, self.att_out)
             if self.capture != NULL:
-                memcpy(self.capture + l * self.q_dim, self.att_out, self.q_dim * sizeof(float))
+                memcpy(self.capture + li * self.q_dim, self.att_out, self.q_dim * sizeof(float))
             matvec(self.xb2, &lw.wo, self.att_out, &self.qscratch, self.n_threads)
             add_inplace(x, self.xb2, self.dim)
             if self.tracing:
                 with gil:
-                    self._trace("kqv_merged_cont", l, self.att_out, self.q_dim)
-                    self._trace("kqv_out", l, self.xb2, self.dim)
-                    self._trace("ffn_inp", l, x, self.dim)
+                    self._trace("kqv_merged_cont", li, self.att_out, self.q_dim)
+                    self._trace("kqv_out", li, self.xb2, self.dim)
+                    self._trace("ffn_inp", li, x, self.dim)
             # feed-forward block: w2(silu(w1 x) * w3 x)
             rmsnorm(self.xb, x, lw.ffn_norm, self.dim, self.eps)
             matvec(self.hb, &lw.w1, self.xb, &self.qscratch, self.n_threads)
             matvec(self.hb2, &lw.w3, self.xb, &self.qscratch, self.n_threads)
             if self.tracing:
                 with gil:
-                    self._trace("ffn_norm", l, self.xb, self.dim)
-                    self._trace("ffn_gate", l, self.hb, self.hidden_dim)
-                    self._trace("ffn_up", l, self.hb2, self.hidden_dim)
+                    self._trace("ffn_norm", li, self.xb, self.dim)
+                    self._trace("ffn_gate", li, self.hb, self.hidden_dim)
+                    self._trace("ffn_up", li, self.hb2, self.hidden_dim)
             swiglu(self.hb, self.hb2, self.hidden_dim)
             matvec(self.xb, &lw.w2, self.hb, &self.qscratch, self.n_threads)
             add_inplace(x, self.xb, self.dim)
             if self.tracing:
                 with gil:
-                    self._trace("ffn_gate_par", l, self.hb, self.hidden_dim)
-                    self._trace("ffn_out", l, self.xb, self.dim)
-                    self._trace("l_out", l, x, self.dim)
+                    self._trace("ffn_gate_par", li, self.hb, self.hidden_dim)
+                    self._trace("ffn_out", li, self.xb, self.dim)
+                    self._trace("l_out", li, x, self.dim)
         rmsnorm(x, x, self.final_norm, self.dim, self.eps)
         if self.capture_hidden != NULL:
             memcpy(self.capture_hidden, x, self.dim * sizeof(float))
@@ -292,9 +294,10 @@ cdef class Engine:
         ``(n_generated, stopped_on_bos, seconds_after_first_forward, positions_run)``.
 
         ``steps`` counts positions including the prompt's; the first prompt token is at position
-        0. Stops early when BOS (1) comes next (it is not written) unless ``stop_on_bos`` is False. ``on_token(id)`` is called with
-        every next id, forced prompt ids included (what run.c prints), when given. With ``on_token=None`` and a native plugin, the loop allocates
-        nothing and never takes the GIL.
+        0. Stops early when BOS (1) comes next (it is not written) unless ``stop_on_bos`` is False.
+        ``on_token(id)`` is called with every next id, forced prompt ids included (what run.c
+        prints), when given. With ``on_token=None`` and a native plugin, the loop allocates nothing
+        and never takes the GIL.
         """
         cdef Py_ssize_t n_prompt = prompt.shape[0]
         if n_prompt < 1:

@@ -6,8 +6,8 @@ import struct
 
 import numpy as np
 import pytest
-
 from llama2c_writer import quantize_q80, read_legacy, write_v1, write_v2
+
 from pyllama.checkpoint import QType, load_checkpoint
 from pyllama.errors import CheckpointError
 from pyllama.model import Model

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import shared_file
+
 from pyllama.cli import main
 
 

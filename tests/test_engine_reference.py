@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from numpy_reference import NumpyLlama
+
 from pyllama.model import Model
 
 # Tolerance, relative to the largest |logit|: the engine computes in float32 (unit roundoff 6e-8)

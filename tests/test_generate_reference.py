@@ -6,8 +6,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import read_jsonl, shared_file
+
 from pyllama.cli import main
 from pyllama.model import Model
 

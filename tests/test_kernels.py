@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from pyllama.checkpoint.weights import QType, Tensor
+from pyllama.config import ModelConfig
 from pyllama.kernels import elementwise, rope
 from pyllama.kernels.matvec import matvec_np, matvec_tensor
-from pyllama.config import ModelConfig
 
 SIZES = [1, 2, 3, 7, 15, 16, 17, 31, 33, 64, 100, 255, 256, 257]
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from pyllama.checkpoint.weights import LayerWeights, QType, Tensor, Weights
 from pyllama.config import ModelConfig
 from pyllama.errors import CheckpointError
-from pyllama.checkpoint.weights import LayerWeights, QType, Tensor, Weights
 
 MAGIC = 0x616B3432  # "ak42" as a little-endian uint32
 HEADER_V0 = 7 * 4

@@ -26,7 +26,7 @@ cdef float EXP_LO = -87.33654  # below this e^x is not a normal float: return 0
 cdef float EXP_HI = 88.3762626647949  # above this 2^k would overflow the exponent field
 
 
-cdef inline float fast_expf(float x) noexcept nogil:
+cdef float fast_expf(float x) noexcept nogil:
     cdef float xc = x
     if xc > EXP_HI:
         xc = EXP_HI

@@ -22,7 +22,7 @@ DEF LANES = 16
 DEF SERIAL_BELOW = 1 << 15
 
 
-cdef inline float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil:
+cdef float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil:
     """Dot product with independent accumulators; the summation order depends on n alone."""
     cdef float acc[WIDE]
     cdef Py_ssize_t j, u

@@ -141,6 +141,9 @@ cdef extern from *:
         return ((a8[0] + a8[4]) + (a8[2] + a8[6])) + ((a8[1] + a8[5]) + (a8[3] + a8[7]));
     }
 
+    #ifndef PYLLAMA_PF
+    #define PYLLAMA_PF 2048
+    #endif
     #if defined(__AVX2__) && defined(__FMA__)
     static inline __m256i pyllama_dot4_i8(const uint8_t* wq, const int8_t* xq) {
         const __m256i w = _mm256_loadu_si256((const __m256i*)wq);
@@ -171,6 +174,8 @@ cdef extern from *:
         ptrdiff_t b = 0;
         for (; b + 1 < n_blocks; b += 2) {
             const uint8_t* blk = w + 34 * b;
+            _mm_prefetch((const char*)(blk + PYLLAMA_PF), _MM_HINT_T0);
+            _mm_prefetch((const char*)(blk + PYLLAMA_PF + 64), _MM_HINT_T0);
             const __m256i s0 = pyllama_dot4_i8(blk + 2, xq + 32 * b);
             const __m256i s1 = pyllama_dot4_i8(blk + 36, xq + 32 * b + 32);
             const __m256 d0 = _mm256_set1_ps(pyllama_q8_0_scale(blk, xs, b));
