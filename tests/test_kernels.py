@@ -44,6 +44,20 @@ def test_matvec_same_result_for_threads_and_memmap(tmp_path):
         assert np.array_equal(results[0], r)
 
 
+@pytest.mark.parametrize("shape", [(7, 64), (301, 288), (1376, 512), (33, 172), (9, 2048), (2050, 16)])
+def test_matvec_row_value_does_not_depend_on_its_neighbours(shape):
+    # rows may be computed several at a time (four weight streams per thread); each row must still
+    # get exactly the single-row arithmetic, whatever group it falls in, small or large matrix alike
+    rng = np.random.default_rng(shape[0])
+    w = rng.standard_normal(shape).astype(np.float32)
+    x = rng.standard_normal(shape[1]).astype(np.float32)
+    alone = np.concatenate([matvec_np(np.ascontiguousarray(w[i : i + 1]), x, 1) for i in range(shape[0])])
+    for threads in (1, 2, 3):
+        assert np.array_equal(matvec_np(w, x, threads), alone)
+    shifted = matvec_np(np.ascontiguousarray(w[1:]), x, 2)  # every row lands in a different group
+    assert np.array_equal(shifted, alone[1:])
+
+
 def test_matvec_int8_groups_like_runq():
     # llama2.c runq.c: x quantised per group (scale = max|x|/127, round half away from zero),
     # integer dot per group, times both scales — written out independently here

@@ -1,10 +1,16 @@
 """Matrix-vector products: out[rows] = W[rows, cols] @ x[cols], the cost of decoding.
 
 Decode reads every weight once per token, so these kernels are written to stream memory: each row
-is a dot product with 16 independent float accumulators (the compiler maps them to SIMD lanes
+is a dot product with 64 independent float accumulators (the compiler maps them to SIMD lanes
 without reassociating anything, so no -ffast-math is needed), and rows are split across OpenMP
 threads with a static schedule. A row is always computed by one thread with the same arithmetic,
 so the result is bit-identical for any thread count.
+
+With AVX-512, float32 rows go four at a time through ``pyllama_dot4_f32``: four weight streams in
+flight per thread instead of one keep more cache-line fills outstanding, which is what a
+memory-bound product needs (measured on the stories110M matrices at 2 threads: 18 -> 27 GB/s).
+Each of the four rows gets exactly ``dot_f32``'s arithmetic (same lanes, same reduction order), so a
+row's value does not depend on which group it falls in; the tests check this bit for bit.
 
 ``matvec`` dispatches on the stored type; quantised types live in ``quant.pyx``.
 """
@@ -20,6 +26,56 @@ DEF LANES = 16
 # Below this many weights a matrix is multiplied on the calling thread: waking the team costs more
 # than it saves (the result is the same either way: a row is one dot product whoever computes it).
 DEF SERIAL_BELOW = 1 << 15
+
+cdef extern from *:
+    """
+    #if defined(__AVX512F__) && defined(__FMA__)
+    #include <immintrin.h>
+    #define PYLLAMA_HAVE_DOT4 1
+    /* out[r] = dot_f32(w + r * stride, x, n) for r < 4: lane u of row r accumulates the products
+       at j = u (mod 64) with fused multiply-adds, lanes 0-15 take the 16-wide tail, then the same
+       64 -> 16 -> 4 -> 1 reduction and scalar tail as dot_f32. */
+    static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n,
+                                 float* out) {
+        __m512 a[4][4];
+        const Py_ssize_t n_wide = n - n % 64, n_main = n - n % 16;
+        for (int r = 0; r < 4; r++)
+            for (int k = 0; k < 4; k++) a[r][k] = _mm512_setzero_ps();
+        for (Py_ssize_t j = 0; j < n_wide; j += 64) {
+            const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
+            const __m512 x2 = _mm512_loadu_ps(x + j + 32), x3 = _mm512_loadu_ps(x + j + 48);
+            for (int r = 0; r < 4; r++) {
+                const float* row = w + r * stride + j;
+                a[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(row), x0, a[r][0]);
+                a[r][1] = _mm512_fmadd_ps(_mm512_loadu_ps(row + 16), x1, a[r][1]);
+                a[r][2] = _mm512_fmadd_ps(_mm512_loadu_ps(row + 32), x2, a[r][2]);
+                a[r][3] = _mm512_fmadd_ps(_mm512_loadu_ps(row + 48), x3, a[r][3]);
+            }
+        }
+        for (Py_ssize_t j = n_wide; j < n_main; j += 16) {
+            const __m512 xv = _mm512_loadu_ps(x + j);
+            for (int r = 0; r < 4; r++)
+                a[r][0] = _mm512_fmadd_ps(_mm512_loadu_ps(w + r * stride + j), xv, a[r][0]);
+        }
+        for (int r = 0; r < 4; r++) {
+            float l[16];
+            _mm512_storeu_ps(l, _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]),
+                                              _mm512_add_ps(a[r][2], a[r][3])));
+            for (int u = 0; u < 4; u++) l[u] = (l[u] + l[u + 4]) + (l[u + 8] + l[u + 12]);
+            float total = (l[0] + l[2]) + (l[1] + l[3]);
+            for (Py_ssize_t j = n_main; j < n; j++) total = total + w[r * stride + j] * x[j];
+            out[r] = total;
+        }
+    }
+    #else
+    #define PYLLAMA_HAVE_DOT4 0
+    static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n,
+                                 float* out) { (void)w; (void)stride; (void)x; (void)n; (void)out; }
+    #endif
+    """
+    bint HAVE_DOT4 "PYLLAMA_HAVE_DOT4"
+    void dot4_f32 "pyllama_dot4_f32"(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n,
+                                     float* out) noexcept nogil
 
 
 cdef float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil:
@@ -49,12 +105,20 @@ cdef float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil:
 
 cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows, Py_ssize_t cols,
                      int n_threads) noexcept nogil:
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, g
+    cdef Py_ssize_t grouped = rows - rows % 4 if HAVE_DOT4 else 0
     if rows * cols < SERIAL_BELOW:
-        for i in range(rows):
-            out[i] = dot_f32(w + i * cols, x, cols)
-        return
-    for i in prange(rows, schedule="static", num_threads=n_threads):
+        for g in range(0, grouped, 4):
+            dot4_f32(w + g * cols, cols, x, cols, out + g)
+    else:
+        # groups of four rows are fixed by the row index, so the split is the same for any team size
+        for g in prange(grouped // 4, schedule="static", num_threads=n_threads):
+            dot4_f32(w + 4 * g * cols, cols, x, cols, out + 4 * g)
+        if grouped == 0:
+            for i in prange(rows, schedule="static", num_threads=n_threads):
+                out[i] = dot_f32(w + i * cols, x, cols)
+            return
+    for i in range(grouped, rows):
         out[i] = dot_f32(w + i * cols, x, cols)
 
 
