@@ -9,7 +9,9 @@ close to memory bandwidth the engine runs.
     python benchmarks/bench_engine.py --runc path/to/llama2.c/run --threads 2
 
 ``--runc`` takes llama2.c's run.c built with its Makefile's ``runomp`` target (OpenMP); build it
-yourself from llama2.c's sources. Without it the run.c column is left out.
+yourself from llama2.c's sources. Without it the run.c column is left out. ``--runc-scalar`` adds a
+second run.c column for a build without ``-Ofast -march=native`` (``gcc -O3 -fopenmp run.c -lm``),
+where gcc keeps run.c's matmul scalar.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def streaming_limit(model: Model, repeats: int = 5) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runc", help="llama2.c run binary built with `make runomp` (omit to skip the column)")
+    ap.add_argument("--runc-scalar", help="run.c built with `gcc -O3 -fopenmp` (scalar matmul; optional)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3, help="best of N for every figure")
@@ -110,12 +113,14 @@ def main() -> None:
             model = Model.load(ckpt, threads=args.threads)  # the memory map and header checks only
             load_ms = (time.perf_counter() - t0) * 1e3
             model.tokenizer = load_tokenizer(args.tokenizer, vocab_size=model.config.vocab_size)
-            pl = pl_reg = rc = 0.0
+            pl = pl_reg = rc = rcs = 0.0
             for _ in range(args.repeats):  # interleaved, best of N, so drift hits both alike
                 pl = max(pl, pyllama_tok_s(model, args.steps, None))
                 pl_reg = max(pl_reg, pyllama_tok_s(model, args.steps, "causal"))
                 if args.runc:
                     rc = max(rc, runc_tok_s(args.runc, ckpt, args.tokenizer, args.steps, args.threads))
+                if args.runc_scalar:
+                    rcs = max(rcs, runc_tok_s(args.runc_scalar, ckpt, args.tokenizer, args.steps, args.threads))
             npf = numpy_tok_s(model, min(args.steps, 64))
             limit, gbps = streaming_limit(model)
             row = {
@@ -124,13 +129,15 @@ def main() -> None:
                 "pyllama_tok_s": round(pl, 1), "pyllama_registry_causal_tok_s": round(pl_reg, 1),
                 "runc_tok_s": round(rc, 1) if rc else None, "numpy_tok_s": round(npf, 1),
                 "stream_limit_tok_s": round(limit, 1), "stream_GB_s": round(gbps, 1),
-                "vs_runc": round(pl / rc, 2) if rc else None, "vs_numpy": round(pl / npf, 2),
+                "runc_scalar_tok_s": round(rcs, 1) if rcs else None,
+                "vs_runc": round(pl / rc, 2) if rc else None,
+                "vs_runc_scalar": round(pl / rcs, 2) if rcs else None, "vs_numpy": round(pl / npf, 2),
                 "of_stream_limit": round(pl / limit, 3),
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
-    cols = ["shape", "load_ms", "pyllama_tok_s", "pyllama_registry_causal_tok_s", "runc_tok_s", "numpy_tok_s",
-            "stream_limit_tok_s", "vs_runc", "vs_numpy", "of_stream_limit"]
+    cols = ["shape", "load_ms", "pyllama_tok_s", "pyllama_registry_causal_tok_s", "runc_tok_s", "runc_scalar_tok_s",
+            "numpy_tok_s", "stream_limit_tok_s", "vs_runc", "vs_runc_scalar", "vs_numpy", "of_stream_limit"]
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(str(r[c]) for c in cols) + " |")
