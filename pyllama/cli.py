@@ -81,7 +81,9 @@ attention_option = click.option(
 @click.option("-s", "--seed", type=int, default=0, help="RNG seed; 0 = from the clock (like run.c).")
 @attention_option
 @threads_option
-@click.option("--ignore-eos", is_flag=True, help="Keep generating when BOS (the sequence delimiter) is sampled.")
+@click.option("--ignore-eos", is_flag=True,
+              help="Keep generating when an end token is sampled (BOS for llama2.c models, as run.c; "
+                   "the vocabulary's end-of-generation tokens for GGUF, as llama.cpp).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object {prompt_ids, ids, text, tok_per_s, memory_bytes} instead of streaming.")
 def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, attention, threads, ignore_eos, as_json):

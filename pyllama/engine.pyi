@@ -33,5 +33,6 @@ class Engine:
         sampler: Sampler,
         out: np.ndarray,
         on_token: Callable[[int], None] | None = None,
-        stop_on_bos: bool = True,
-    ) -> tuple[int, bool, float, int]: ...
+        stop_ids: np.ndarray | None = None,
+        stop_in_prompt: bool = False,
+    ) -> tuple[int, int, float, int]: ...

@@ -289,12 +289,14 @@ cdef class Engine:
         return self.logits_view
 
     def generate_into(self, const int32_t[::1] prompt, long long steps, Sampler sampler, int32_t[::1] out,
-                      on_token=None, bint stop_on_bos=True):
+                      on_token=None, const int32_t[::1] stop_ids=None, bint stop_in_prompt=False):
         """run.c's generation loop. Writes sampled ids into ``out`` and returns
-        ``(n_generated, stopped_on_bos, seconds_after_first_forward, positions_run)``.
+        ``(n_generated, stop_token or -1, seconds_after_first_forward, positions_run)``.
 
         ``steps`` counts positions including the prompt's; the first prompt token is at position
-        0. Stops early when BOS (1) comes next (it is not written) unless ``stop_on_bos`` is False.
+        0. Stops early when the next sampled id is one of ``stop_ids`` (it is not written; ``None``
+        or empty: never stops early). ``stop_in_prompt``: a stop id that comes next in the prompt
+        stops too (run.c's rule for BOS; llama.cpp never stops inside the prompt).
         ``on_token(id)`` is called with every next id, forced prompt ids included (what run.c
         prints), when given. With ``on_token=None`` and a native plugin, the loop allocates nothing
         and never takes the GIL.
@@ -313,7 +315,8 @@ cdef class Engine:
         cdef int token = prompt[0]
         cdef int next_token
         cdef Py_ssize_t n_out = 0
-        cdef bint stopped = False
+        cdef int stop_token = -1
+        cdef Py_ssize_t n_stop = 0 if stop_ids is None else stop_ids.shape[0]
         cdef double start = 0.0
         cdef bint fast = self.attention.native and not self.tracing and on_token is None
         while pos < steps:
@@ -327,8 +330,11 @@ cdef class Engine:
             else:
                 next_token = sampler.sample_c(self.logits)
             pos += 1
-            if next_token == 1 and stop_on_bos:
-                stopped = True
+            if pos >= n_prompt or stop_in_prompt:
+                for i in range(n_stop):
+                    if next_token == stop_ids[i]:
+                        stop_token = next_token
+            if stop_token >= 0:
                 break
             if pos >= n_prompt:
                 out[n_out] = next_token
@@ -339,4 +345,4 @@ cdef class Engine:
             if start == 0.0:
                 start = now_seconds()
         cdef double elapsed = now_seconds() - start if start != 0.0 else 0.0
-        return n_out, stopped, elapsed, pos
+        return n_out, stop_token, elapsed, pos

@@ -22,6 +22,7 @@ from pyllama.config import ModelConfig
 from pyllama.engine import Engine
 from pyllama.errors import InputError, TokenizerError
 from pyllama.sampler import Sampler
+from pyllama.tokenizer.llama2c import Llama2cTokenizer
 
 BOS = 1
 
@@ -31,13 +32,17 @@ class Generation:
     """What one ``generate`` call produced."""
 
     prompt_ids: list[int]
-    ids: list[int]  # generated after the prompt (BOS that stopped generation not included)
+    ids: list[int]  # generated after the prompt (the end token that stopped generation not included)
     text: str  # what was streamed: prompt text and generated text, decoded like run.c prints it
     tok_per_s: float  # measured as run.c does: from the end of the first forward pass
     memory_bytes: int  # the attention plugin's ledger at the end
-    stopped_on_bos: bool = False
+    stop_token: int | None = None  # the end token that stopped generation (BOS for llama2.c models)
     steps: int = 0  # positions run
     notices: list[str] = field(default_factory=list)
+
+    @property
+    def stopped_on_bos(self) -> bool:
+        return self.stop_token == BOS
 
     def to_json(self) -> dict:
         return {
@@ -122,6 +127,17 @@ class Model:
             raise TokenizerError(f"{self.path}: no tokenizer: pass one with tokenizer=... (-z on the CLI)")
         return self.tokenizer
 
+    @property
+    def stop_ids(self) -> frozenset[int]:
+        """Sampled ids that end ``generate``: the tokenizer's (BOS for llama2.c vocabularies, as run.c;
+        a GGUF vocabulary's end-of-generation tokens, as llama.cpp); BOS without a tokenizer."""
+        return self.tokenizer.stop_ids if self.tokenizer is not None else frozenset({BOS})
+
+    @property
+    def stops_like_runc(self) -> bool:
+        """run.c stops on BOS even when the prompt forces it; llama.cpp only on sampled tokens."""
+        return self.tokenizer is None or isinstance(self.tokenizer, Llama2cTokenizer)
+
     def tokenize(self, text: str, bos: bool | None = None) -> list[int]:
         """Token ids of ``text``; ``bos`` None: as the tokenizer says (llama2.c: always BOS)."""
         return list(self._require_tokenizer().encode(text, bos=bos, eos=False))
@@ -140,6 +156,7 @@ class Model:
     ) -> Generation:
         """Generate like llama2.c's run.c: ``steps`` counts positions including the prompt's.
 
+        Generation stops when an end token is sampled (``stop_ids``) unless ``ignore_eos``.
         ``steps`` <= 0 means the model's context; more than the plugin holds is clamped with a
         notice. ``seed`` None: from the clock, as run.c. ``on_text`` receives text as it is
         decoded (never a split UTF-8 character).
@@ -181,8 +198,10 @@ class Model:
                         on_text(s)
 
         prompt_arr = np.asarray(prompt_ids, dtype=np.int32)
-        n, stopped, elapsed, pos = engine.generate_into(prompt_arr, steps, sampler, out, on_token,
-                                                        stop_on_bos=not ignore_eos)
+        stop_ids = None if ignore_eos else np.array(sorted(self.stop_ids), dtype=np.int32)
+        n, stop_token, elapsed, pos = engine.generate_into(
+            prompt_arr, steps, sampler, out, on_token, stop_ids=stop_ids, stop_in_prompt=self.stops_like_runc
+        )
         if decoder is not None:
             tail = decoder.flush()
             if tail:
@@ -196,7 +215,7 @@ class Model:
             text="".join(pieces),
             tok_per_s=tok_per_s,
             memory_bytes=int(engine.attention.memory_bytes()),
-            stopped_on_bos=bool(stopped),
+            stop_token=int(stop_token) if stop_token >= 0 else None,
             steps=int(pos),
             notices=notices,
         )

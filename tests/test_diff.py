@@ -387,7 +387,7 @@ def test_generate_with_sink_runs_past_the_context_with_flat_memory(model):
     prompt = np.array(model.tokenize("Once upon a time"), dtype=np.int32)
     ids = np.zeros(1200, dtype=np.int32)
     n, _, _, pos = engine.generate_into(
-        prompt, 1200, Sampler(512, 0.8, 0.9, 3), ids, lambda t: ledger.append(engine.attention.memory_bytes()), False
+        prompt, 1200, Sampler(512, 0.8, 0.9, 3), ids, lambda t: ledger.append(engine.attention.memory_bytes()), None
     )
     assert pos == 1200 > model.config.seq_len
     assert ledger[:3] == [2 * 5 * k * 32 * 4 for k in (1, 2, 3)]

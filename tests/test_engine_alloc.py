@@ -23,6 +23,7 @@ MEASURE = textwrap.dedent(
     engine = model.engine("causal")
     prompt = np.array([1, 403, 407], dtype=np.int32)
     out = np.zeros(512, dtype=np.int32)
+    never = np.array([-1, -2], dtype=np.int32)  # stop ids checked at every step, never sampled
     keep = []
     on_token = (lambda t: keep.append(str(t))) if sys.argv[2] == "leaky" else None
 
@@ -32,7 +33,7 @@ MEASURE = textwrap.dedent(
         try:
             tracemalloc.reset_peak()
             base = tracemalloc.get_traced_memory()[0]
-            engine.generate_into(prompt, steps, sampler, out, on_token, False)
+            engine.generate_into(prompt, steps, sampler, out, on_token, never)
             current, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -41,7 +42,7 @@ MEASURE = textwrap.dedent(
     rows = []
     for args in ((512, 0.0, 0.9, 1), (512, 1.0, 0.9, 7), (512, 0.8, 0.0, 3)):
         sampler = Sampler(*args)
-        engine.generate_into(prompt, 20, sampler, out, None, False)  # warm-up: first-call caches
+        engine.generate_into(prompt, 20, sampler, out, None, never)  # warm-up: first-call caches
         rows.append([loop(sampler, 4), loop(sampler, 400)])
     print(json.dumps(rows))
     """

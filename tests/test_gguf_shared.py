@@ -241,3 +241,42 @@ def test_converted_f32_generates_the_bins_ids(tmp_path):
     assert cfg.seq_len == 512
     model = Model(cfg, weights, None, str(out), threads=2)
     assert model.generate(run["prompt_ids"], steps=run["steps"], temperature=0.0).ids == run["ids"]
+
+
+def test_gguf_generation_stops_on_end_of_generation_tokens_not_on_bos():
+    # llama.cpp ends a generation on the vocabulary's end-of-generation tokens (here EOS, id 2, from
+    # tokenizer.ggml.eos_token_id) and runs on past BOS; run.c stops on BOS. Greedy "Lily and Tom"
+    # samples BOS after a first story (checked with llama.cpp's llama-simple: it prints `<s>` there
+    # and goes on with a second story).
+    import gguf
+
+    reader = gguf.GGUFReader(shared("stories260K-f32.gguf"))
+    eos = int(reader.fields["tokenizer.ggml.eos_token_id"].parts[-1][0])
+    gg = Model.load(shared("stories260K-f32.gguf"))
+    assert gg.stop_ids == {eos} and 1 not in gg.stop_ids
+    bn = Model.load(shared("stories260K.bin"), tokenizer=shared("tok512.bin"))
+    assert bn.stop_ids == {1}
+
+    runc_like = bn.generate("Lily and Tom", steps=512)
+    assert runc_like.stopped_on_bos
+    n = len(runc_like.ids)
+    cpp_like = gg.generate("Lily and Tom", steps=512, attention="causal:positions=512")
+    assert cpp_like.ids[:n] == runc_like.ids  # same logits, bit for bit
+    assert cpp_like.ids[n] == 1 and len(cpp_like.ids) > n + 1 and cpp_like.stop_token in (None, eos)
+
+
+def test_gguf_stop_ids_end_sampled_tokens_only():
+    gg = Model.load(shared("stories260K-f32.gguf"))
+    free = gg.generate("Once upon a time", steps=40, ignore_eos=True)
+    target = free.ids[5]
+    first = free.ids.index(target)
+    gg.tokenizer.vocab.eog_ids = {target}
+    stopped = gg.generate("Once upon a time", steps=40)
+    assert stopped.ids == free.ids[:first] and stopped.stop_token == target
+    # a stop token forced by the prompt does not stop a GGUF model (llama.cpp never looks there) ...
+    prompt = gg.tokenize("Once upon a time") + [target, 261]
+    assert len(gg.generate(prompt, steps=40).ids) > 0
+    # ... but run.c stops on a BOS that comes next in the prompt
+    bn = Model.load(shared("stories260K.bin"), tokenizer=shared("tok512.bin"))
+    forced = bn.generate([1, 403, 1, 407], steps=40)
+    assert forced.stopped_on_bos and forced.ids == [] and forced.steps == 2

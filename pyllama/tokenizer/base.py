@@ -56,6 +56,11 @@ class Tokenizer(ABC):
     def eos_id(self) -> int | None:
         """The end-of-sequence id, or None when the vocabulary has none."""
 
+    @property
+    @abstractmethod
+    def stop_ids(self) -> frozenset[int]:
+        """Sampled ids that end a generation (the id itself is not emitted)."""
+
     @abstractmethod
     def encode(self, text: str, bos: bool | None = None, eos: bool | None = False) -> list[int]:
         """Token ids of ``text``. ``bos``/``eos``: add BOS/EOS; None means "as the file says"."""

@@ -361,6 +361,11 @@ class GgufTokenizer(Tokenizer):
         return frozenset(self.vocab.eog_ids)
 
     @property
+    def stop_ids(self) -> frozenset[int]:
+        # llama.cpp ends a generation on any end-of-generation token, and on nothing else
+        return self.eog_ids
+
+    @property
     def model(self) -> str:
         """``tokenizer.ggml.model``: "llama" or "gpt2"."""
         return self.vocab.model

@@ -253,6 +253,11 @@ class Llama2cTokenizer(Tokenizer):
         return EOS_ID
 
     @property
+    def stop_ids(self) -> frozenset[int]:
+        # run.c stops when BOS is sampled: the tinyllamas were trained with BOS between stories
+        return frozenset({BOS_ID})
+
+    @property
     def pieces(self) -> list[bytes]:
         """Every token's bytes exactly as stored in the file."""
         return list(self._pieces)
