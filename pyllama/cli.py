@@ -51,7 +51,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 # ---- shared options (defined once) ------------------------------------------------------------
 checkpoint_option = click.option(
     "-c", "--checkpoint", required=True, type=click.Path(dir_okay=False),
-    help="Model file: a llama2.c .bin (versions 0/1/2) or a .gguf.",
+    help="Model file: a llama2.c .bin (versions 0/1/2) or a .gguf, or a downloaded name (pyllama download --list).",
 )
 tokenizer_option = click.option(
     "-z", "--tokenizer", type=click.Path(dir_okay=False), default=None,
@@ -317,6 +317,111 @@ def plugins(as_json, markdown):
             click.echo(f"{'':<{width}}    {k.name:<10} {k.describe_range():<14} "
                        f"default {k.describe_default():<8} {k.help}")
     click.echo("\nUse: --attention NAME[:ARGS], e.g. sink:4,252,shift; a local class: path/to/file.py:ClassName[:ARGS]")
+
+
+def _home(path) -> str:
+    """``path`` with the home folder shown as ``~``."""
+    import os
+
+    text, home = os.fspath(path), os.path.expanduser("~")
+    return "~" + text[len(home):] if home not in ("", "/") and text.startswith(home + os.sep) else text
+
+
+@main.command()
+@click.argument("names", nargs=-1, metavar="NAME...")
+@click.option("--list", "as_list", is_flag=True, help="Show the known names, their sizes and whether each is cached.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Cache folder (default: $PYLLAMA_CACHE, else ~/.cache/pyllama).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
+def download(names, as_list, cache_dir, progress):
+    """Fetch known checkpoints and tokenizers into the cache, checking size and sha256.
+
+    \b
+    A model's tokenizer comes with it (tokenizer.bin for stories15M/42M/110M, tok512 for
+    stories260K). Afterwards -c/-z take the name anywhere:
+      pyllama download stories15M
+      pyllama generate -c stories15M -i "Once upon a time"
+    $PYLLAMA_DOWNLOAD_MIRROR=URL fetches MIRROR/FILENAME instead of the public URLs.
+    """
+    from pyllama import hub
+    from pyllama.errors import DownloadError
+
+    if as_list:
+        rows = hub.status_rows(cache_dir)
+        width = max(len(r["name"]) for r in rows)
+        click.echo(f"{'name':<{width}}  {'kind':<9}  {'bytes':>11}  sha256   cached")
+        for r in rows:
+            sha, cached = "known" if r["sha256"] else "unknown", "yes" if r["cached"] else "no"
+            click.echo(f"{r['name']:<{width}}  {r['kind']:<9}  {r['bytes']:>11,}  {sha:<7}  {cached}")
+        click.echo(f"cache: {_home(hub.cache_dir(cache_dir))}")
+        return
+    if not names:
+        raise click.UsageError(f"name a file to download ({', '.join(hub.KNOWN)}), or --list")
+    wanted: list[str] = []
+    for name in names:
+        entry = hub.lookup(name)
+        if entry is None:
+            raise DownloadError(f"{name}: not a known model or tokenizer; known: {', '.join(hub.KNOWN)}")
+        for n in (entry.name, entry.tokenizer):
+            if n is not None and n not in wanted:
+                wanted.append(n)
+    show = sys.stderr.isatty() if progress is None else progress
+    for name in wanted:
+        got = hub.download(name, cache=cache_dir, progress=show)
+        where = _home(got.path)
+        if got.was_cached:
+            click.echo(f"{name}: already in the cache: {where}")
+            continue
+        check = "sha256 verified" if got.verified else "size checked"
+        click.echo(f"{name}: {got.entry.bytes:,} bytes, {check}: {where}")
+        if not got.verified:
+            click.echo(f"note: {name} was not verified by hash (no published sha256 is known), only by size",
+                       err=True)
+
+
+@main.command()
+@checkpoint_option
+@tokenizer_option
+@click.option("-n", "--steps", type=click.IntRange(min=2), default=256, show_default=True,
+              help="Positions per run, prompt included (clamped to what the attention plugin holds).")
+@threads_option
+@attention_option
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs; tok/s is the best.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+def bench(checkpoint, tokenizer, steps, threads, attention, repeats, as_json):
+    """Decode tok/s, load time, bytes read per token and the bandwidth they imply.
+
+    \b
+    Greedy, end tokens ignored, tok/s measured as `generate` measures it (best of --repeats).
+    bytes/token: every layer matrix and the classifier as stored (quantised sizes included),
+    which each decode step reads once; GB/s = bytes/token x tok/s.
+    Example:
+      pyllama bench -c stories260K.bin -z tok512.bin --steps 256
+    """
+    from pyllama.bench import run_bench
+
+    result = run_bench(checkpoint, tokenizer, steps=steps, threads=threads or 0, attention=attention,
+                       repeats=repeats)
+    for notice in result.notices:
+        click.echo(f"note: {notice}", err=True)
+    if as_json:
+        click.echo(json.dumps(result.to_json()))
+        return
+    facts = {
+        "checkpoint": result.checkpoint,
+        "attention": result.attention,
+        "threads": result.threads,
+        "steps": f"{result.steps} (best of {result.repeats})",
+        "decode tok/s": f"{result.tok_per_s:,.1f}",
+        "load ms": f"{result.load_ms:,.2f}",
+        "weights bytes": f"{result.weights_bytes:,}",
+        "bytes/token": f"{result.bytes_per_token:,}",
+        "effective GB/s": f"{result.gb_per_s:.2f}",
+        "attention memory": f"{result.memory_bytes:,} B",
+    }
+    width = max(len(k) for k in facts)
+    for key, value in facts.items():
+        click.echo(f"{key:<{width}}  {value}")
 
 
 if __name__ == "__main__":

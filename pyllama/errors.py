@@ -24,3 +24,7 @@ class PluginError(PyllamaError):
 
 class InputError(PyllamaError):
     """A prompt, probe or option value cannot be used as given."""
+
+
+class DownloadError(PyllamaError):
+    """A known model could not be fetched, or what arrived is not the published file."""

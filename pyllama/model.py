@@ -21,6 +21,7 @@ from pyllama.checkpoint import load_checkpoint
 from pyllama.config import ModelConfig
 from pyllama.engine import Engine
 from pyllama.errors import InputError, TokenizerError
+from pyllama.hub import companion_tokenizer, resolve
 from pyllama.sampler import Sampler
 from pyllama.tokenizer.llama2c import Llama2cTokenizer
 
@@ -73,7 +74,12 @@ class Model:
     def load(cls, path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, threads: int = 0) -> Model:
         """Map a llama2.c ``.bin`` or a ``.gguf`` file. ``tokenizer``: a llama2.c tokenizer file or a
         GGUF (its vocabulary is used); default: the GGUF's own vocabulary, else ``tokenizer.bin``
-        beside the checkpoint if there is one, else no tokenizer (ids only)."""
+        beside the checkpoint if there is one, else no tokenizer (ids only). ``path`` and ``tokenizer``
+        may be names of downloaded known files (``Model.load("stories15M")``; ``pyllama download``),
+        and a downloaded known model gets its own downloaded tokenizer by default."""
+        path = resolve(path)
+        if tokenizer is None:
+            tokenizer = companion_tokenizer(path)
         config, weights = load_checkpoint(path)
         tok = _load_tokenizer_for(Path(path), tokenizer, config.vocab_size)
         return cls(config, weights, tok, str(path), threads)

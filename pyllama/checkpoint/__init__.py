@@ -8,13 +8,17 @@ from pathlib import Path
 from pyllama.checkpoint.weights import LayerWeights, QType, Tensor, Weights
 from pyllama.config import ModelConfig
 from pyllama.errors import CheckpointError
+from pyllama.hub import resolve
 
 __all__ = ["load_checkpoint", "LayerWeights", "QType", "Tensor", "Weights"]
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
-    """Load a llama2.c ``.bin`` (version 0/1/2) or a GGUF file, chosen by the file's first bytes."""
-    path = Path(path)
+    """Load a llama2.c ``.bin`` (version 0/1/2) or a GGUF file, chosen by the file's first bytes.
+
+    ``path`` may also be the name of a downloaded known model (``stories15M``; see ``pyllama.hub``).
+    """
+    path = Path(resolve(path))
     if not path.exists():
         raise CheckpointError(f"{path}: no such file")
     if path.is_dir():

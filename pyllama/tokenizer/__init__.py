@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from pyllama.errors import TokenizerError
+from pyllama.hub import resolve
 from pyllama.tokenizer.base import StreamDecoder, Tokenizer
 from pyllama.tokenizer.gguf_vocab import GgufTokenizer, load_gguf_tokenizer
 from pyllama.tokenizer.llama2c import Llama2cTokenizer
@@ -26,8 +27,9 @@ __all__ = [
 
 def load_tokenizer(path: str | os.PathLike[str], vocab_size: int | None = None) -> Tokenizer:
     """Load the tokenizer in ``path``. ``vocab_size``: the model's vocabulary size, which the
-    tokenizer must match exactly (None: no check, and a llama2.c file is read to its end)."""
-    name = os.fspath(path)
+    tokenizer must match exactly (None: no check, and a llama2.c file is read to its end).
+    ``path`` may also be the name of a downloaded known tokenizer (``tok512``; see ``pyllama.hub``)."""
+    name = os.fspath(resolve(path, kind="tokenizer"))
     if os.path.isdir(name):
         raise TokenizerError(f"{name}: is a directory; expected a tokenizer file (llama2.c tokenizer.bin or .gguf)")
     try:
