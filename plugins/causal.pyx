@@ -11,31 +11,23 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention, threads_for
-from pyllama.attention.head cimport attend_head
+from pyllama.attention.base cimport threads_for
+from pyllama.attention.gather cimport GatherAttention
 
 from pyllama.attention.spec import Knob
 
 
-cdef class Causal(Attention):
+cdef class Causal(GatherAttention):
     name = "causal"
     description = "exact attention over a dense cache of every position (the reference)"
     knobs = (
         Knob("positions", int, 0, "cache size in positions; 0 = the model's trained context", min=0),
     )
 
-    cdef object _keys, _values, _scores, _kptr, _vptr
     cdef float* keys        # [n_layers, positions, kv_dim]
     cdef float* values
-    cdef float* scores      # [n_heads, positions]
-    cdef const float** kptr  # [n_heads, positions] rows gathered for the shared routine
-    cdef const float** vptr
     cdef long long positions
     cdef long long length   # positions held (of the last layer written)
-    cdef int n_layers, n_heads, head_dim, kv_dim, kv_mul
-
-    def __cinit__(self, *args, **kwargs):
-        self.native = True
 
     def __init__(self, positions: int = 0):
         if positions < 0:
@@ -47,21 +39,9 @@ cdef class Causal(Attention):
     def init(self, config, pool):
         cdef long long P = self.max_positions
         self.positions = P
-        self.n_layers = config.n_layers
-        self.n_heads = config.n_heads
-        self.head_dim = config.head_dim
-        self.kv_dim = config.kv_dim
-        self.kv_mul = config.kv_mul
-        self._keys = np.zeros((config.n_layers, P, config.kv_dim), dtype=np.float32)
-        self._values = np.zeros((config.n_layers, P, config.kv_dim), dtype=np.float32)
-        self._scores = np.zeros((config.n_heads, P), dtype=np.float32)
-        self._kptr = np.zeros((config.n_heads, P), dtype=np.uintp)
-        self._vptr = np.zeros((config.n_heads, P), dtype=np.uintp)
-        self.keys = <float*><size_t>self._keys.ctypes.data
-        self.values = <float*><size_t>self._values.ctypes.data
-        self.scores = <float*><size_t>self._scores.ctypes.data
-        self.kptr = <const float**><size_t>self._kptr.ctypes.data
-        self.vptr = <const float**><size_t>self._vptr.ctypes.data
+        self.init_gather(config, P)
+        self.keys = <float*>self.own(np.zeros((config.n_layers, P, config.kv_dim), dtype=np.float32))
+        self.values = <float*>self.own(np.zeros((config.n_layers, P, config.kv_dim), dtype=np.float32))
         self.length = 0
 
     def reset(self):
@@ -90,6 +70,5 @@ cdef class Causal(Attention):
             for t in range(n):
                 self.kptr[h * P + t] = kbase + t * self.kv_dim
                 self.vptr[h * P + t] = vbase + t * self.kv_dim
-            attend_head(q + h * self.head_dim, self.kptr + h * P, self.vptr + h * P, NULL, n,
-                        self.head_dim, self.scores + h * P, out + h * self.head_dim)
+            self.attend_gathered(h, q, NULL, n, out)
         return 0

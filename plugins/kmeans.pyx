@@ -38,8 +38,8 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention, threads_for
-from pyllama.attention.head cimport attend_head
+from pyllama.attention.base cimport threads_for
+from pyllama.attention.gather cimport GatherAttention
 from pyllama.kernels.matvec cimport dot_f32
 
 from pyllama.attention.spec import Knob
@@ -72,7 +72,7 @@ cdef int cmp_position(const void* a, const void* b) noexcept nogil:
     return (x > y) - (x < y)
 
 
-cdef class KMeans(Attention):
+cdef class KMeans(GatherAttention):
     name = "kmeans"
     description = ("clustered keys (ClusterKV/Squeezed Attention): sinks + window + the best clusters' "
                    "members, exact; saves compute, not memory (keeps the full K/V)")
@@ -89,9 +89,7 @@ cdef class KMeans(Attention):
         Knob("positions", int, 0, "cache size in positions; 0 = the model's trained context", min=0),
     )
 
-    cdef object _keys, _values, _cent, _cval, _cnorm, _csize, _chead, _ctail, _assign, _next, _counts
-    cdef object _dist, _xnorm, _sums, _vsums, _cnt, _cscore, _corder, _cmark, _sel, _last
-    cdef object _scores, _bias, _kptr, _vptr
+    cdef object _cent, _cval, _csize, _assign, _counts, _sel, _last  # also read from Python (inspection)
     cdef float* keys          # [n_layers, positions, kv_dim]: the full cache
     cdef float* values
     cdef float* cent          # [n_layers, n_kv_heads, clusters, head_dim] centroids (mean keys)
@@ -117,17 +115,10 @@ cdef class KMeans(Attention):
     cdef uint8_t* cmark       # [n_heads, clusters] chosen
     cdef long long* sel       # [n_heads, positions] chosen middle positions
     cdef long long* last      # [n_heads, 2]: chosen positions (-1: all) and estimate rows of the last call
-    cdef float* scores        # [n_heads, rows]
-    cdef float* bias
-    cdef const float** kptr
-    cdef const float** vptr
+    cdef float* bias          # [n_heads, rows]
     cdef readonly long long clusters, budget, sinks, window, iters, recluster, seed, positions
     cdef readonly bint estimate, size_bias
-    cdef long long rows, last_layer, last_pos
-    cdef int n_layers, n_heads, n_kv_heads, head_dim, kv_dim, kv_mul
-
-    def __cinit__(self, *args, **kwargs):
-        self.native = True
+    cdef long long last_layer, last_pos
 
     def __init__(self, clusters: int = 32, budget: int = 64, sinks: int = 4, window: int = 64, iters: int = 4,
                  recluster: int = 256, seed: int = 0, estimate: bool = False, size_bias: bool = False,
@@ -154,71 +145,40 @@ cdef class KMeans(Attention):
         cdef long long P = self.max_positions, C = self.clusters
         L, KVH, H, hd, kv = config.n_layers, config.n_kv_heads, config.n_heads, config.head_dim, config.kv_dim
         self.positions = P
-        self.n_layers = L
-        self.n_heads = H
-        self.n_kv_heads = KVH
-        self.head_dim = hd
-        self.kv_dim = kv
-        self.kv_mul = config.kv_mul
-        self.rows = P + C
-        self._keys = np.zeros((L, P, kv), dtype=np.float32)
-        self._values = np.zeros((L, P, kv), dtype=np.float32)
+        self.init_gather(config, P + C)
         self._cent = np.zeros((L, KVH, C, hd), dtype=np.float32)
         self._cval = np.zeros((L, KVH, C if self.estimate else 1, hd), dtype=np.float32)
-        self._cnorm = np.zeros((L, KVH, C), dtype=np.float32)
         self._csize = np.zeros((L, KVH, C), dtype=np.int64)
-        self._chead = np.full((L, KVH, C), -1, dtype=np.int32)
-        self._ctail = np.full((L, KVH, C), -1, dtype=np.int32)
         self._assign = np.zeros((L, KVH, P), dtype=np.int32)
-        self._next = np.zeros((L, KVH, P), dtype=np.int32)
         self._counts = np.zeros((5, L), dtype=np.int64)
-        self._dist = np.zeros((KVH, P), dtype=np.float32)
-        self._xnorm = np.zeros((KVH, P), dtype=np.float32)
-        self._sums = np.zeros((KVH, C, hd), dtype=np.float64)
-        self._vsums = np.zeros((KVH, C, hd), dtype=np.float64)
-        self._cnt = np.zeros((KVH, C), dtype=np.int64)
-        self._cscore = np.zeros((H, C), dtype=np.float32)
-        self._corder = np.zeros((H, C), dtype=np.int32)
-        self._cmark = np.zeros((H, C), dtype=np.uint8)
         self._sel = np.zeros((H, P), dtype=np.int64)
         self._last = np.zeros((H, 2), dtype=np.int64)
-        self._scores = np.zeros((H, self.rows), dtype=np.float32)
-        self._bias = np.zeros((H, self.rows), dtype=np.float32)
-        self._kptr = np.zeros((H, self.rows), dtype=np.uintp)
-        self._vptr = np.zeros((H, self.rows), dtype=np.uintp)
-
-        def ptr(a):
-            return a.ctypes.data
-
-        self.keys = <float*><size_t>ptr(self._keys)
-        self.values = <float*><size_t>ptr(self._values)
-        self.cent = <float*><size_t>ptr(self._cent)
-        self.cval = <float*><size_t>ptr(self._cval)
-        self.cnorm = <float*><size_t>ptr(self._cnorm)
-        self.csize = <long long*><size_t>ptr(self._csize)
-        self.chead = <int32_t*><size_t>ptr(self._chead)
-        self.ctail = <int32_t*><size_t>ptr(self._ctail)
-        self.assign = <int32_t*><size_t>ptr(self._assign)
-        self.nxt = <int32_t*><size_t>ptr(self._next)
-        self.length = <long long*><size_t>ptr(self._counts)
+        self.keys = <float*>self.own(np.zeros((L, P, kv), dtype=np.float32))
+        self.values = <float*>self.own(np.zeros((L, P, kv), dtype=np.float32))
+        self.cent = <float*>self.own(self._cent)
+        self.cval = <float*>self.own(self._cval)
+        self.cnorm = <float*>self.own(np.zeros((L, KVH, C), dtype=np.float32))
+        self.csize = <long long*>self.own(self._csize)
+        self.chead = <int32_t*>self.own(np.full((L, KVH, C), -1, dtype=np.int32))
+        self.ctail = <int32_t*>self.own(np.full((L, KVH, C), -1, dtype=np.int32))
+        self.assign = <int32_t*>self.own(self._assign)
+        self.nxt = <int32_t*>self.own(np.zeros((L, KVH, P), dtype=np.int32))
+        self.length = <long long*>self.own(self._counts)
         self.n_mid = self.length + self.n_layers
         self.since = self.length + 2 * self.n_layers
         self.epoch = self.length + 3 * self.n_layers
         self.have = self.length + 4 * self.n_layers
-        self.dist = <float*><size_t>ptr(self._dist)
-        self.xnorm = <float*><size_t>ptr(self._xnorm)
-        self.sums = <double*><size_t>ptr(self._sums)
-        self.vsums = <double*><size_t>ptr(self._vsums)
-        self.cnt = <long long*><size_t>ptr(self._cnt)
-        self.cscore = <float*><size_t>ptr(self._cscore)
-        self.corder = <int32_t*><size_t>ptr(self._corder)
-        self.cmark = <uint8_t*><size_t>ptr(self._cmark)
-        self.sel = <long long*><size_t>ptr(self._sel)
-        self.last = <long long*><size_t>ptr(self._last)
-        self.scores = <float*><size_t>ptr(self._scores)
-        self.bias = <float*><size_t>ptr(self._bias)
-        self.kptr = <const float**><size_t>ptr(self._kptr)
-        self.vptr = <const float**><size_t>ptr(self._vptr)
+        self.dist = <float*>self.own(np.zeros((KVH, P), dtype=np.float32))
+        self.xnorm = <float*>self.own(np.zeros((KVH, P), dtype=np.float32))
+        self.sums = <double*>self.own(np.zeros((KVH, C, hd), dtype=np.float64))
+        self.vsums = <double*>self.own(np.zeros((KVH, C, hd), dtype=np.float64))
+        self.cnt = <long long*>self.own(np.zeros((KVH, C), dtype=np.int64))
+        self.cscore = <float*>self.own(np.zeros((H, C), dtype=np.float32))
+        self.corder = <int32_t*>self.own(np.zeros((H, C), dtype=np.int32))
+        self.cmark = <uint8_t*>self.own(np.zeros((H, C), dtype=np.uint8))
+        self.sel = <long long*>self.own(self._sel)
+        self.last = <long long*>self.own(self._last)
+        self.bias = <float*>self.own(np.zeros((H, self.rows), dtype=np.float32))
         self.last_layer = -1
 
     def reset(self):
@@ -587,7 +547,7 @@ cdef class KMeans(Attention):
                 n = j + n_est
                 self.last[h * 2] = n_sel
             self.last[h * 2 + 1] = n_est
-            attend_head(qh, kp, vp, bias if n_est > 0 else NULL, n, hd, self.scores + h * R, out + h * hd)
+            self.attend_gathered(h, q, bias if n_est > 0 else NULL, n, out)
         self.last_layer = layer
         self.last_pos = pos
         return 0

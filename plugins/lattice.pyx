@@ -43,8 +43,8 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention, threads_for
-from pyllama.attention.head cimport attend_head
+from pyllama.attention.base cimport threads_for
+from pyllama.attention.gather cimport GatherAttention
 from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
 
 from pyllama.attention.base import UNBOUNDED
@@ -53,7 +53,7 @@ from pyllama.attention.spec import Knob
 DEF MAX_LEVELS = 62  # base * 2**62 tokens: more than any sequence
 
 
-cdef class Lattice(Attention):
+cdef class Lattice(GatherAttention):
     name = "lattice"
     description = ("sinks + exact window + dyadic buckets of the past (size doubles with age, "
                    "log(count) bias; Log-Linear Attention): memory O(log t)")
@@ -66,8 +66,7 @@ cdef class Lattice(Attention):
         Knob("shift", bool, False, "assign positions inside the memory (StreamingLLM); off: original positions"),
     )
 
-    cdef object _sink_k, _sink_v, _ring_k, _ring_v, _stage_k, _stage_v, _buck_k, _buck_v, _buck_n
-    cdef object _counts, _carry, _bias, _scores, _kptr, _vptr, _shifted, _rope_cs
+    cdef object _buck_k, _buck_v, _buck_n, _counts  # also read from Python (inspection, ledger)
     cdef float* sink_k       # [n_layers, sinks, kv_dim]
     cdef float* sink_v
     cdef float* ring_k       # [n_layers, window, kv_dim]: position t >= sinks in row (t - sinks) % window
@@ -85,18 +84,10 @@ cdef class Lattice(Attention):
     cdef float* rope_cos     # [n_rot / 2] a RoPE row (shift)
     cdef float* rope_sin
     cdef RopeSpec rope
-    cdef float* scores       # [n_heads, rows]
-    cdef const float** kptr  # [n_heads, rows] rows gathered for the shared routine
-    cdef const float** vptr
     cdef readonly long long sinks, window, base
     cdef readonly int levels
     cdef readonly bint shift
     cdef int cap             # levels in use (MAX_LEVELS when uncapped)
-    cdef long long rows      # the most rows one step attends
-    cdef int n_layers, n_heads, n_kv_heads, head_dim, kv_dim, kv_mul
-
-    def __cinit__(self, *args, **kwargs):
-        self.native = True
 
     def __init__(self, sinks: int = 4, window: int = 64, base: int = 8, levels: int = 0, shift: bool = False):
         if sinks < 0:
@@ -118,50 +109,30 @@ cdef class Lattice(Attention):
     def init(self, config, pool):
         cdef long long S = self.sinks, W = self.window, B = self.base
         L, kv = config.n_layers, config.kv_dim
-        self.n_layers = L
-        self.n_heads = config.n_heads
-        self.n_kv_heads = config.n_kv_heads
-        self.head_dim = config.head_dim
-        self.kv_dim = kv
-        self.kv_mul = config.kv_mul
-        self.rows = S + MAX_LEVELS + B + W
-        self._sink_k = np.zeros((L, max(S, 1), kv), dtype=np.float32)
-        self._sink_v = np.zeros((L, max(S, 1), kv), dtype=np.float32)
-        self._ring_k = np.zeros((L, W, kv), dtype=np.float32)
-        self._ring_v = np.zeros((L, W, kv), dtype=np.float32)
-        self._stage_k = np.zeros((L, B, kv), dtype=np.float32)
-        self._stage_v = np.zeros((L, B, kv), dtype=np.float32)
+        cdef Py_ssize_t half = max(config.n_rot // 2, 1)
+        self.init_gather(config, S + MAX_LEVELS + B + W)
+        self.rope = rope_spec_of(config)
         self._buck_k = np.zeros((L, MAX_LEVELS, kv), dtype=np.float32)
         self._buck_v = np.zeros((L, MAX_LEVELS, kv), dtype=np.float32)
         self._buck_n = np.zeros((L, MAX_LEVELS), dtype=np.int64)
         self._counts = np.zeros((2, L), dtype=np.int64)
-        self._carry = np.zeros((2, kv), dtype=np.float64)
-        self._bias = np.zeros(self.rows, dtype=np.float32)
-        self._shifted = np.zeros((S + MAX_LEVELS, kv), dtype=np.float32)
-        self._rope_cs = np.zeros((2, max(config.n_rot // 2, 1)), dtype=np.float32)
-        self.rope = rope_spec_of(config)
-        self._scores = np.zeros((config.n_heads, self.rows), dtype=np.float32)
-        self._kptr = np.zeros((config.n_heads, self.rows), dtype=np.uintp)
-        self._vptr = np.zeros((config.n_heads, self.rows), dtype=np.uintp)
-        self.sink_k = <float*><size_t>self._sink_k.ctypes.data
-        self.sink_v = <float*><size_t>self._sink_v.ctypes.data
-        self.ring_k = <float*><size_t>self._ring_k.ctypes.data
-        self.ring_v = <float*><size_t>self._ring_v.ctypes.data
-        self.stage_k = <float*><size_t>self._stage_k.ctypes.data
-        self.stage_v = <float*><size_t>self._stage_v.ctypes.data
-        self.buck_k = <float*><size_t>self._buck_k.ctypes.data
-        self.buck_v = <float*><size_t>self._buck_v.ctypes.data
-        self.buck_n = <long long*><size_t>self._buck_n.ctypes.data
-        self.length = <long long*><size_t>self._counts.ctypes.data
+        # max(…, 1): a valid pointer even for sinks=0
+        self.sink_k = <float*>self.own(np.zeros((L, max(S, 1), kv), dtype=np.float32))
+        self.sink_v = <float*>self.own(np.zeros((L, max(S, 1), kv), dtype=np.float32))
+        self.ring_k = <float*>self.own(np.zeros((L, W, kv), dtype=np.float32))
+        self.ring_v = <float*>self.own(np.zeros((L, W, kv), dtype=np.float32))
+        self.stage_k = <float*>self.own(np.zeros((L, B, kv), dtype=np.float32))
+        self.stage_v = <float*>self.own(np.zeros((L, B, kv), dtype=np.float32))
+        self.buck_k = <float*>self.own(self._buck_k)
+        self.buck_v = <float*>self.own(self._buck_v)
+        self.buck_n = <long long*>self.own(self._buck_n)
+        self.length = <long long*>self.own(self._counts)
         self.n_stage = self.length + self.n_layers
-        self.carry = <double*><size_t>self._carry.ctypes.data
-        self.bias = <float*><size_t>self._bias.ctypes.data
-        self.shifted = <float*><size_t>self._shifted.ctypes.data
-        self.rope_cos = <float*><size_t>self._rope_cs.ctypes.data
-        self.rope_sin = self.rope_cos + <Py_ssize_t>self._rope_cs.shape[1]
-        self.scores = <float*><size_t>self._scores.ctypes.data
-        self.kptr = <const float**><size_t>self._kptr.ctypes.data
-        self.vptr = <const float**><size_t>self._vptr.ctypes.data
+        self.carry = <double*>self.own(np.zeros((2, kv), dtype=np.float64))
+        self.bias = <float*>self.own(np.zeros(self.rows, dtype=np.float32))
+        self.shifted = <float*>self.own(np.zeros((S + MAX_LEVELS, kv), dtype=np.float32))
+        self.rope_cos = <float*>self.own(np.zeros(2 * half, dtype=np.float32))
+        self.rope_sin = self.rope_cos + half
 
     def reset(self):
         if self._counts is not None:
@@ -355,6 +326,5 @@ cdef class Lattice(Attention):
             for i in range(n_ring):  # ascending positions ring_start .. pos
                 kp[j + i] = self.ring_k + (layer * W + (ring_start + i - S) % W) * kv + off
                 vp[j + i] = self.ring_v + (layer * W + (ring_start + i - S) % W) * kv + off
-            attend_head(q + h * self.head_dim, kp, vp, bias, n, self.head_dim, self.scores + h * R,
-                        out + h * self.head_dim)
+            self.attend_gathered(h, q, bias, n, out)
         return 0

@@ -25,15 +25,15 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention, threads_for
-from pyllama.attention.head cimport attend_head
+from pyllama.attention.base cimport threads_for
+from pyllama.attention.gather cimport GatherAttention
 from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
 
 from pyllama.attention.base import UNBOUNDED
 from pyllama.attention.spec import Knob
 
 
-cdef class Sink(Attention):
+cdef class Sink(GatherAttention):
     name = "sink"
     description = "first s positions (attention sinks) + last w (StreamingLLM); shift re-assigns positions"
     knobs = (
@@ -42,7 +42,6 @@ cdef class Sink(Attention):
         Knob("shift", bool, False, "assign positions inside the cache (StreamingLLM); off: original positions"),
     )
 
-    cdef object _sink_k, _sink_v, _ring_k, _ring_v, _shifted, _rope_cs, _scores, _kptr, _vptr
     cdef float* sink_k        # [n_layers, sinks, kv_dim]
     cdef float* sink_v
     cdef float* ring_k        # [n_layers, window, kv_dim]: position t >= sinks in row (t - sinks) % window
@@ -50,17 +49,10 @@ cdef class Sink(Attention):
     cdef float* shifted       # [sinks, kv_dim] this step's sink keys moved by delta (shift only)
     cdef float* rope_cos      # [n_rot / 2] RoPE row of delta
     cdef float* rope_sin
-    cdef float* scores        # [n_heads, sinks + window]
-    cdef const float** kptr   # [n_heads, sinks + window] rows gathered for the shared routine
-    cdef const float** vptr
     cdef RopeSpec rope
     cdef readonly long long sinks, window
     cdef readonly bint shift
     cdef long long length     # positions seen (after the last call)
-    cdef int n_layers, n_heads, n_kv_heads, head_dim, kv_dim, kv_mul
-
-    def __cinit__(self, *args, **kwargs):
-        self.native = True
 
     def __init__(self, sinks: int = 4, window: int = 252, shift: bool = False):
         if sinks < 0:
@@ -74,33 +66,17 @@ cdef class Sink(Attention):
 
     def init(self, config, pool):
         cdef long long S = self.sinks, W = self.window, C = self.sinks + self.window
-        self.n_layers = config.n_layers
-        self.n_heads = config.n_heads
-        self.n_kv_heads = config.n_kv_heads
-        self.head_dim = config.head_dim
-        self.kv_dim = config.kv_dim
-        self.kv_mul = config.kv_mul
+        cdef Py_ssize_t half = max(config.n_rot // 2, 1)
+        self.init_gather(config, C)
         self.rope = rope_spec_of(config)
-        # numpy owns the memory (max(…, 1): a valid pointer even for sinks=0)
-        self._sink_k = np.zeros((config.n_layers, max(S, 1), config.kv_dim), dtype=np.float32)
-        self._sink_v = np.zeros((config.n_layers, max(S, 1), config.kv_dim), dtype=np.float32)
-        self._ring_k = np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32)
-        self._ring_v = np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32)
-        self._shifted = np.zeros((max(S, 1), config.kv_dim), dtype=np.float32)
-        self._rope_cs = np.zeros((2, max(config.n_rot // 2, 1)), dtype=np.float32)
-        self._scores = np.zeros((config.n_heads, C), dtype=np.float32)
-        self._kptr = np.zeros((config.n_heads, C), dtype=np.uintp)
-        self._vptr = np.zeros((config.n_heads, C), dtype=np.uintp)
-        self.sink_k = <float*><size_t>self._sink_k.ctypes.data
-        self.sink_v = <float*><size_t>self._sink_v.ctypes.data
-        self.ring_k = <float*><size_t>self._ring_k.ctypes.data
-        self.ring_v = <float*><size_t>self._ring_v.ctypes.data
-        self.shifted = <float*><size_t>self._shifted.ctypes.data
-        self.rope_cos = <float*><size_t>self._rope_cs.ctypes.data
-        self.rope_sin = self.rope_cos + <Py_ssize_t>self._rope_cs.shape[1]
-        self.scores = <float*><size_t>self._scores.ctypes.data
-        self.kptr = <const float**><size_t>self._kptr.ctypes.data
-        self.vptr = <const float**><size_t>self._vptr.ctypes.data
+        # max(…, 1): a valid pointer even for sinks=0
+        self.sink_k = <float*>self.own(np.zeros((config.n_layers, max(S, 1), config.kv_dim), dtype=np.float32))
+        self.sink_v = <float*>self.own(np.zeros((config.n_layers, max(S, 1), config.kv_dim), dtype=np.float32))
+        self.ring_k = <float*>self.own(np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32))
+        self.ring_v = <float*>self.own(np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32))
+        self.shifted = <float*>self.own(np.zeros((max(S, 1), config.kv_dim), dtype=np.float32))
+        self.rope_cos = <float*>self.own(np.zeros(2 * half, dtype=np.float32))
+        self.rope_sin = self.rope_cos + half
         self.length = 0
 
     def reset(self):
@@ -160,6 +136,5 @@ cdef class Sink(Attention):
             for i in range(n_ring):  # ascending positions ring_start .. pos
                 self.kptr[h * C + n_sink + i] = ring_kbase + ((ring_start + i - S) % W) * kv
                 self.vptr[h * C + n_sink + i] = ring_vbase + ((ring_start + i - S) % W) * kv
-            attend_head(q + h * self.head_dim, self.kptr + h * C, self.vptr + h * C, NULL, n,
-                        self.head_dim, self.scores + h * C, out + h * self.head_dim)
+            self.attend_gathered(h, q, NULL, n, out)
         return 0

@@ -14,32 +14,24 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention, threads_for
-from pyllama.attention.head cimport attend_head
+from pyllama.attention.base cimport threads_for
+from pyllama.attention.gather cimport GatherAttention
 
 from pyllama.attention.base import UNBOUNDED
 from pyllama.attention.spec import Knob
 
 
-cdef class Sliding(Attention):
+cdef class Sliding(GatherAttention):
     name = "sliding"
     description = "the last N positions (ring buffer): memory stays flat however long the sequence"
     knobs = (
         Knob("window", int, 256, "positions kept, the current one included", min=1),
     )
 
-    cdef object _keys, _values, _scores, _kptr, _vptr
     cdef float* keys         # [n_layers, window, kv_dim] ring buffer: position t in row t % window
     cdef float* values
-    cdef float* scores       # [n_heads, window]
-    cdef const float** kptr  # [n_heads, window] rows gathered for the shared routine
-    cdef const float** vptr
     cdef readonly long long window
     cdef long long length    # positions seen (after the last call)
-    cdef int n_layers, n_heads, head_dim, kv_dim, kv_mul
-
-    def __cinit__(self, *args, **kwargs):
-        self.native = True
 
     def __init__(self, window: int = 256):
         if window < 1:
@@ -49,21 +41,9 @@ cdef class Sliding(Attention):
 
     def init(self, config, pool):
         cdef long long W = self.window
-        self.n_layers = config.n_layers
-        self.n_heads = config.n_heads
-        self.head_dim = config.head_dim
-        self.kv_dim = config.kv_dim
-        self.kv_mul = config.kv_mul
-        self._keys = np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32)
-        self._values = np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32)
-        self._scores = np.zeros((config.n_heads, W), dtype=np.float32)
-        self._kptr = np.zeros((config.n_heads, W), dtype=np.uintp)
-        self._vptr = np.zeros((config.n_heads, W), dtype=np.uintp)
-        self.keys = <float*><size_t>self._keys.ctypes.data
-        self.values = <float*><size_t>self._values.ctypes.data
-        self.scores = <float*><size_t>self._scores.ctypes.data
-        self.kptr = <const float**><size_t>self._kptr.ctypes.data
-        self.vptr = <const float**><size_t>self._vptr.ctypes.data
+        self.init_gather(config, W)
+        self.keys = <float*>self.own(np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32))
+        self.values = <float*>self.own(np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32))
         self.length = 0
 
     def reset(self):
@@ -96,6 +76,5 @@ cdef class Sliding(Attention):
             for i in range(n):  # ascending positions start .. pos
                 self.kptr[h * W + i] = kbase + ((start + i) % W) * self.kv_dim
                 self.vptr[h * W + i] = vbase + ((start + i) % W) * self.kv_dim
-            attend_head(q + h * self.head_dim, self.kptr + h * W, self.vptr + h * W, NULL, n,
-                        self.head_dim, self.scores + h * W, out + h * self.head_dim)
+            self.attend_gathered(h, q, NULL, n, out)
         return 0

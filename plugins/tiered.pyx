@@ -38,8 +38,8 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport Attention, threads_for
-from pyllama.attention.head cimport attend_head
+from pyllama.attention.base cimport threads_for
+from pyllama.attention.gather cimport GatherAttention
 from pyllama.kernels.matvec cimport dot_f32
 
 from pyllama.attention.spec import Knob
@@ -161,7 +161,7 @@ def unpack4(packed, Py_ssize_t m):
     return out
 
 
-cdef class Tiered(Attention):
+cdef class Tiered(GatherAttention):
     name = "tiered"
     description = ("hot exact sinks + window, warm KIVI-quantised tokens (int8/int4), cold block "
                    "summaries with a log(count) bias")
@@ -176,10 +176,7 @@ cdef class Tiered(Attention):
         Knob("positions", int, 0, "positions it can hold (cold capacity); 0 = 16x the model's context", min=0),
     )
 
-    cdef object _sink_k, _sink_v, _ring_k, _ring_v, _stage_k, _stage_v
-    cdef object _kcode, _vcode, _kscale, _kzero, _vscale, _vzero
-    cdef object _cold_k, _cold_v, _cold_n, _counts, _tmp, _deq_k, _deq_v
-    cdef object _bias, _scores, _kptr, _vptr, _cscore, _cmark
+    cdef object _cold_k, _cold_v, _cold_n, _counts  # also read from Python (inspection, ledger)
     cdef float* sink_k       # [n_layers, sinks, kv_dim]
     cdef float* sink_v
     cdef float* ring_k       # [n_layers, window, kv_dim]: position t >= sinks in row (t - sinks) % window
@@ -204,20 +201,13 @@ cdef class Tiered(Attention):
     cdef float* deq_k        # [n_kv_heads, warm, head_dim] this step's dequantised warm tokens
     cdef float* deq_v
     cdef float* bias         # [n_heads, rows]
-    cdef float* scores       # [n_heads, rows]
-    cdef const float** kptr  # [n_heads, rows]
-    cdef const float** vptr
     cdef float* cscore       # [n_heads, n_blocks] cold block scores (cold_topk)
     cdef uint8_t* cmark      # [n_heads, n_blocks] chosen cold blocks (cold_topk)
     cdef readonly long long sinks, window, warm, group, block, cold_topk, positions
     cdef readonly int bits
     cdef int qmax
-    cdef long long n_groups, n_blocks, row_bytes, rows
+    cdef long long n_groups, n_blocks, row_bytes
     cdef int vg, n_vgh, n_vg  # channels per value group, value groups per head and per token
-    cdef int n_layers, n_heads, n_kv_heads, head_dim, kv_dim, kv_mul
-
-    def __cinit__(self, *args, **kwargs):
-        self.native = True
 
     def __init__(self, sinks: int = 4, window: int = 64, warm: int = 128, bits: int = 4, group: int = 32,
                  block: int = 32, cold_topk: int = 0, positions: int = 0):
@@ -247,78 +237,44 @@ cdef class Tiered(Attention):
             self.max_positions = COLD_CONTEXTS * config.seq_len
         cdef long long S = self.sinks, W = self.window, G = self.group, P = self.max_positions
         L, kv, hd = config.n_layers, config.kv_dim, config.head_dim
-        self.n_layers = L
-        self.n_heads = config.n_heads
-        self.n_kv_heads = config.n_kv_heads
-        self.head_dim = hd
-        self.kv_dim = kv
-        self.kv_mul = config.kv_mul
         self.n_groups = self.warm // G
         self.n_blocks = (P + self.block - 1) // self.block + 1
         self.row_bytes = kv if self.bits == 8 else (kv + 1) // 2
         self.vg = min(G, hd)
         self.n_vgh = (hd + self.vg - 1) // self.vg
         self.n_vg = config.n_kv_heads * self.n_vgh
-        self.rows = S + self.n_blocks + self.warm + G + W
+        self.init_gather(config, S + self.n_blocks + self.warm + G + W)
         NG, NB, R, H = max(self.n_groups, 1), self.n_blocks, self.rows, config.n_heads
-        self._sink_k = np.zeros((L, max(S, 1), kv), dtype=np.float32)
-        self._sink_v = np.zeros((L, max(S, 1), kv), dtype=np.float32)
-        self._ring_k = np.zeros((L, W, kv), dtype=np.float32)
-        self._ring_v = np.zeros((L, W, kv), dtype=np.float32)
-        self._stage_k = np.zeros((L, G, kv), dtype=np.float32)
-        self._stage_v = np.zeros((L, G, kv), dtype=np.float32)
-        self._kcode = np.zeros((L, NG, G, self.row_bytes), dtype=np.uint8)
-        self._vcode = np.zeros((L, NG, G, self.row_bytes), dtype=np.uint8)
-        self._kscale = np.zeros((L, NG, kv), dtype=np.float32)
-        self._kzero = np.zeros((L, NG, kv), dtype=np.float32)
-        self._vscale = np.zeros((L, NG, G, self.n_vg), dtype=np.float32)
-        self._vzero = np.zeros((L, NG, G, self.n_vg), dtype=np.float32)
         self._cold_k = np.zeros((L, NB, kv), dtype=np.float32)
         self._cold_v = np.zeros((L, NB, kv), dtype=np.float32)
         self._cold_n = np.zeros((L, NB), dtype=np.int64)
         self._counts = np.zeros((5, L), dtype=np.int64)
-        self._tmp = np.zeros((2, kv), dtype=np.float32)
-        self._deq_k = np.zeros((config.n_kv_heads, max(self.warm, 1), hd), dtype=np.float32)
-        self._deq_v = np.zeros((config.n_kv_heads, max(self.warm, 1), hd), dtype=np.float32)
-        self._bias = np.zeros((H, R), dtype=np.float32)
-        self._scores = np.zeros((H, R), dtype=np.float32)
-        self._kptr = np.zeros((H, R), dtype=np.uintp)
-        self._vptr = np.zeros((H, R), dtype=np.uintp)
-        self._cscore = np.zeros((H, NB), dtype=np.float32)
-        self._cmark = np.zeros((H, NB), dtype=np.uint8)
-
-        def ptr(a):
-            return a.ctypes.data
-
-        self.sink_k = <float*><size_t>ptr(self._sink_k)
-        self.sink_v = <float*><size_t>ptr(self._sink_v)
-        self.ring_k = <float*><size_t>ptr(self._ring_k)
-        self.ring_v = <float*><size_t>ptr(self._ring_v)
-        self.stage_k = <float*><size_t>ptr(self._stage_k)
-        self.stage_v = <float*><size_t>ptr(self._stage_v)
-        self.kcode = <uint8_t*><size_t>ptr(self._kcode)
-        self.vcode = <uint8_t*><size_t>ptr(self._vcode)
-        self.kscale = <float*><size_t>ptr(self._kscale)
-        self.kzero = <float*><size_t>ptr(self._kzero)
-        self.vscale = <float*><size_t>ptr(self._vscale)
-        self.vzero = <float*><size_t>ptr(self._vzero)
-        self.cold_k = <float*><size_t>ptr(self._cold_k)
-        self.cold_v = <float*><size_t>ptr(self._cold_v)
-        self.cold_n = <long long*><size_t>ptr(self._cold_n)
-        self.length = <long long*><size_t>ptr(self._counts)
+        self.sink_k = <float*>self.own(np.zeros((L, max(S, 1), kv), dtype=np.float32))
+        self.sink_v = <float*>self.own(np.zeros((L, max(S, 1), kv), dtype=np.float32))
+        self.ring_k = <float*>self.own(np.zeros((L, W, kv), dtype=np.float32))
+        self.ring_v = <float*>self.own(np.zeros((L, W, kv), dtype=np.float32))
+        self.stage_k = <float*>self.own(np.zeros((L, G, kv), dtype=np.float32))
+        self.stage_v = <float*>self.own(np.zeros((L, G, kv), dtype=np.float32))
+        self.kcode = <uint8_t*>self.own(np.zeros((L, NG, G, self.row_bytes), dtype=np.uint8))
+        self.vcode = <uint8_t*>self.own(np.zeros((L, NG, G, self.row_bytes), dtype=np.uint8))
+        self.kscale = <float*>self.own(np.zeros((L, NG, kv), dtype=np.float32))
+        self.kzero = <float*>self.own(np.zeros((L, NG, kv), dtype=np.float32))
+        self.vscale = <float*>self.own(np.zeros((L, NG, G, self.n_vg), dtype=np.float32))
+        self.vzero = <float*>self.own(np.zeros((L, NG, G, self.n_vg), dtype=np.float32))
+        self.cold_k = <float*>self.own(self._cold_k)
+        self.cold_v = <float*>self.own(self._cold_v)
+        self.cold_n = <long long*>self.own(self._cold_n)
+        self.length = <long long*>self.own(self._counts)
         self.n_stage = self.length + self.n_layers
         self.w_first = self.length + 2 * self.n_layers
         self.w_count = self.length + 3 * self.n_layers
         self.n_closed = self.length + 4 * self.n_layers
-        self.tmp = <float*><size_t>ptr(self._tmp)
-        self.deq_k = <float*><size_t>ptr(self._deq_k)
-        self.deq_v = <float*><size_t>ptr(self._deq_v)
-        self.bias = <float*><size_t>ptr(self._bias)
-        self.scores = <float*><size_t>ptr(self._scores)
-        self.kptr = <const float**><size_t>ptr(self._kptr)
-        self.vptr = <const float**><size_t>ptr(self._vptr)
-        self.cscore = <float*><size_t>ptr(self._cscore)
-        self.cmark = <uint8_t*><size_t>ptr(self._cmark)
+        self.tmp = <float*>self.own(np.zeros((2, kv), dtype=np.float32))
+        self.deq_k = <float*>self.own(np.zeros((config.n_kv_heads, max(self.warm, 1), hd), dtype=np.float32))
+        self.deq_v = <float*>self.own(np.zeros((config.n_kv_heads, max(self.warm, 1), hd), dtype=np.float32))
+        self.bias = <float*>self.own(np.zeros((H, R), dtype=np.float32))
+        self.cscore = <float*>self.own(np.zeros((H, NB), dtype=np.float32))
+        self.cmark = <uint8_t*>self.own(np.zeros((H, NB), dtype=np.uint8))
 
     def reset(self):
         if self._counts is not None:
@@ -582,6 +538,5 @@ cdef class Tiered(Attention):
                 kp[j + i] = self.ring_k + (layer * W + (ring_start + i - S) % W) * kv + off
                 vp[j + i] = self.ring_v + (layer * W + (ring_start + i - S) % W) * kv + off
                 bias[j + i] = 0.0
-            attend_head(qh, kp, vp, bias if n_cold_att > 0 else NULL, n, hd, self.scores + h * R,
-                        out + h * hd)
+            self.attend_gathered(h, q, bias if n_cold_att > 0 else NULL, n, out)
         return 0

@@ -1,0 +1,44 @@
+"""The common part of the built-in plugins: each keeps rows in buffers of its own, and at every
+step gathers, per query head, pointers to the rows it attends (ascending position order) for the
+shared exact routine ``attend_head``.
+
+``GatherAttention`` holds what that needs: the model's shapes, the per-head pointer tables and
+scores scratch sized for the most rows one step attends, and ``own()``, which keeps a numpy array
+alive for as long as the plugin and hands back its memory as a raw pointer. A subclass calls
+``init_gather(config, rows)`` first in ``init`` and then allocates its own buffers with ``own``.
+"""
+
+import numpy as np
+
+from pyllama.attention.base cimport Attention
+
+
+cdef class GatherAttention(Attention):
+    """Base class of the native built-in plugins (see the module docstring)."""
+
+    def __cinit__(self, *args, **kwargs):
+        self.native = True
+        self._owned = []
+
+    cdef int init_gather(self, config, long long rows) except -1:
+        self._owned = []
+        self.n_layers = config.n_layers
+        self.n_heads = config.n_heads
+        self.n_kv_heads = config.n_kv_heads
+        self.head_dim = config.head_dim
+        self.kv_dim = config.kv_dim
+        self.kv_mul = config.kv_mul
+        self.rows = rows
+        self.scores = <float*>self.own(np.zeros((config.n_heads, rows), dtype=np.float32))
+        self.kptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
+        self.vptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
+        return 0
+
+    cdef void* own(self, array) except NULL:
+        """Keep ``array`` (C-contiguous) for the plugin's lifetime; its data pointer."""
+        if not array.flags.c_contiguous:
+            raise ValueError("GatherAttention.own: the array must be C-contiguous")
+        if array.size == 0:
+            raise ValueError("GatherAttention.own: an empty buffer has no valid pointer (use at least one element)")
+        self._owned.append(array)
+        return <void*><size_t>array.ctypes.data
