@@ -68,8 +68,9 @@ def _extensions() -> list[Extension]:
         module = ".".join(pyx.relative_to(ROOT).with_suffix("").parts)
         exts.append(Extension(module, [str(pyx.relative_to(ROOT))], include_dirs=[np.get_include()]))
     for pyx in sorted(ROOT.glob("plugins/*.pyx")):
-        exts.append(Extension(f"pyllama.plugins.{pyx.stem}", [str(pyx.relative_to(ROOT))],
-                              include_dirs=[np.get_include()]))
+        exts.append(
+            Extension(f"pyllama.plugins.{pyx.stem}", [str(pyx.relative_to(ROOT))], include_dirs=[np.get_include()])
+        )
     return exts
 
 
@@ -86,7 +87,8 @@ directives = {
 setup(
     # the top-level plugins/ folder is the package pyllama.plugins (package-dir in pyproject.toml)
     packages=[*find_packages(include=["pyllama", "pyllama.*"]), "pyllama.plugins"],
-    ext_modules=cythonize(_extensions(), compiler_directives=directives, include_path=[str(ROOT)],
-                          nthreads=os.cpu_count() or 1),
+    ext_modules=cythonize(
+        _extensions(), compiler_directives=directives, include_path=[str(ROOT)], nthreads=os.cpu_count() or 1
+    ),
     cmdclass={"build_ext": BuildExt},
 )

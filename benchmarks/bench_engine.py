@@ -45,8 +45,7 @@ def make_checkpoint(shape: str, workdir: Path) -> Path:
     path = workdir / f"{shape}-random.bin"
     if not path.exists():
         tool = SHARED / "tools" / "make_llama2c_checkpoint.py"
-        subprocess.run([sys.executable, str(tool), shape, str(path), "--seed", "0"], check=True,
-                       capture_output=True)
+        subprocess.run([sys.executable, str(tool), shape, str(path), "--seed", "0"], check=True, capture_output=True)
     return path
 
 
@@ -57,8 +56,13 @@ def pyllama_tok_s(model: Model, steps: int, attention) -> float:
 
 def runc_tok_s(binary: str, ckpt: Path, tokenizer: Path, steps: int, threads: int) -> float:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    proc = subprocess.run([binary, str(ckpt), "-z", str(tokenizer), "-t", "0", "-n", str(steps), "-i", PROMPT],
-                          capture_output=True, text=True, env=env, check=True)
+    proc = subprocess.run(
+        [binary, str(ckpt), "-z", str(tokenizer), "-t", "0", "-n", str(steps), "-i", PROMPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     match = re.search(r"achieved tok/s: ([0-9.]+)", proc.stderr)
     if not match:
         raise RuntimeError(f"run.c printed no tok/s: {proc.stderr[-200:]}")
@@ -77,8 +81,11 @@ def numpy_tok_s(model: Model, steps: int) -> float:
 
 def streaming_limit(model: Model, repeats: int = 5) -> tuple[float, float]:
     """(tok/s-equivalent, GB/s) of numpy's BLAS streaming one token's worth of weight matrices."""
-    mats = [np.asarray(t.data).reshape(t.rows, t.cols) for t in model.weights.tensors()
-            if t is not model.weights.token_embedding or model.config.shared_classifier]
+    mats = [
+        np.asarray(t.data).reshape(t.rows, t.cols)
+        for t in model.weights.tensors()
+        if t is not model.weights.token_embedding or model.config.shared_classifier
+    ]
     xs = {m.shape[1]: np.ones(m.shape[1], np.float32) for m in mats}
     nbytes = sum(m.nbytes for m in mats)
     for m in mats:  # fault the pages in
@@ -124,20 +131,38 @@ def main() -> None:
             npf = numpy_tok_s(model, min(args.steps, 64))
             limit, gbps = streaming_limit(model)
             row = {
-                "shape": shape, "threads": args.threads, "load_ms": round(load_ms, 2),
+                "shape": shape,
+                "threads": args.threads,
+                "load_ms": round(load_ms, 2),
                 "weights_MB": round(sum(t.nbytes for t in model.weights.tensors()) / 1e6, 1),
-                "pyllama_tok_s": round(pl, 1), "pyllama_registry_causal_tok_s": round(pl_reg, 1),
-                "runc_tok_s": round(rc, 1) if rc else None, "numpy_tok_s": round(npf, 1),
-                "stream_limit_tok_s": round(limit, 1), "stream_GB_s": round(gbps, 1),
+                "pyllama_tok_s": round(pl, 1),
+                "pyllama_registry_causal_tok_s": round(pl_reg, 1),
+                "runc_tok_s": round(rc, 1) if rc else None,
+                "numpy_tok_s": round(npf, 1),
+                "stream_limit_tok_s": round(limit, 1),
+                "stream_GB_s": round(gbps, 1),
                 "runc_scalar_tok_s": round(rcs, 1) if rcs else None,
                 "vs_runc": round(pl / rc, 2) if rc else None,
-                "vs_runc_scalar": round(pl / rcs, 2) if rcs else None, "vs_numpy": round(pl / npf, 2),
+                "vs_runc_scalar": round(pl / rcs, 2) if rcs else None,
+                "vs_numpy": round(pl / npf, 2),
                 "of_stream_limit": round(pl / limit, 3),
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
-    cols = ["shape", "load_ms", "pyllama_tok_s", "pyllama_registry_causal_tok_s", "runc_tok_s", "runc_scalar_tok_s",
-            "numpy_tok_s", "stream_limit_tok_s", "vs_runc", "vs_runc_scalar", "vs_numpy", "of_stream_limit"]
+    cols = [
+        "shape",
+        "load_ms",
+        "pyllama_tok_s",
+        "pyllama_registry_causal_tok_s",
+        "runc_tok_s",
+        "runc_scalar_tok_s",
+        "numpy_tok_s",
+        "stream_limit_tok_s",
+        "vs_runc",
+        "vs_runc_scalar",
+        "vs_numpy",
+        "of_stream_limit",
+    ]
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(str(r[c]) for c in cols) + " |")

@@ -16,8 +16,11 @@ class NumpyForward:
         self.emb = np.asarray(weights.token_embedding.data).reshape(config.vocab_size, config.dim)
         self.cls = np.asarray(weights.classifier.data).reshape(config.vocab_size, config.dim)
         self.layers = [
-            {k: np.asarray(getattr(lw, k).data).reshape(getattr(lw, k).rows, getattr(lw, k).cols)
-             for k in ("wq", "wk", "wv", "wo", "w1", "w2", "w3")} | {"an": lw.attn_norm, "fn": lw.ffn_norm}
+            {
+                k: np.asarray(getattr(lw, k).data).reshape(getattr(lw, k).rows, getattr(lw, k).cols)
+                for k in ("wq", "wk", "wv", "wo", "w1", "w2", "w3")
+            }
+            | {"an": lw.attn_norm, "fn": lw.ffn_norm}
             for lw in weights.layers
         ]
         half = config.head_dim // 2

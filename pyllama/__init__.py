@@ -1,8 +1,8 @@
 """pyllama: a fast, exact Llama inference engine for experimenting with attention.
 
-    from pyllama import Model
-    m = Model.load("stories260K.bin", tokenizer="tok512.bin")
-    m.generate("Once upon a time", steps=256, temperature=0.0)
+from pyllama import Model
+m = Model.load("stories260K.bin", tokenizer="tok512.bin")
+m.generate("Once upon a time", steps=256, temperature=0.0)
 """
 
 from pyllama.attention.base import Attention

@@ -50,20 +50,31 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 # ---- shared options (defined once) ------------------------------------------------------------
 checkpoint_option = click.option(
-    "-c", "--checkpoint", required=True, type=click.Path(dir_okay=False),
+    "-c",
+    "--checkpoint",
+    required=True,
+    type=click.Path(dir_okay=False),
     help="Model file: a llama2.c .bin (versions 0/1/2) or a .gguf, or a downloaded name (pyllama download --list).",
 )
 tokenizer_option = click.option(
-    "-z", "--tokenizer", type=click.Path(dir_okay=False), default=None,
+    "-z",
+    "--tokenizer",
+    type=click.Path(dir_okay=False),
+    default=None,
     help="Tokenizer: llama2.c tokenizer.bin/tok512.bin, or a GGUF. Default: the GGUF's own, or tokenizer.bin "
     "beside the checkpoint.",
 )
 threads_option = click.option(
-    "--threads", type=click.IntRange(min=1), default=None,
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
     help="Threads for the kernels and plugins (default: all cores). Results are identical for any count.",
 )
 attention_option = click.option(
-    "--attention", "-a", default="causal", show_default=True,
+    "--attention",
+    "-a",
+    default="causal",
+    show_default=True,
     help="Attention plugin spec, e.g. causal, sliding:256, sink:4,252 (see `pyllama plugins`).",
 )
 
@@ -72,20 +83,45 @@ attention_option = click.option(
 @checkpoint_option
 @tokenizer_option
 @click.option("-i", "--prompt", default="", help="Prompt text (BOS and a leading space token are added, as run.c).")
-@click.option("-n", "--steps", type=int, default=256, show_default=True,
-              help="Positions to run, prompt included; 0 = the model's context. Clamped to what the plugin holds.")
-@click.option("-t", "--temperature", type=float, default=1.0, show_default=True,
-              help="0 = greedy argmax; otherwise softmax(logits / T) sampling.")
-@click.option("-p", "--topp", type=float, default=0.9, show_default=True,
-              help="Top-p (nucleus) sampling threshold; <= 0 or >= 1 samples from the full distribution.")
+@click.option(
+    "-n",
+    "--steps",
+    type=int,
+    default=256,
+    show_default=True,
+    help="Positions to run, prompt included; 0 = the model's context. Clamped to what the plugin holds.",
+)
+@click.option(
+    "-t",
+    "--temperature",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="0 = greedy argmax; otherwise softmax(logits / T) sampling.",
+)
+@click.option(
+    "-p",
+    "--topp",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="Top-p (nucleus) sampling threshold; <= 0 or >= 1 samples from the full distribution.",
+)
 @click.option("-s", "--seed", type=int, default=0, help="RNG seed; 0 = from the clock (like run.c).")
 @attention_option
 @threads_option
-@click.option("--ignore-eos", is_flag=True,
-              help="Keep generating when an end token is sampled (BOS for llama2.c models, as run.c; "
-                   "the vocabulary's end-of-generation tokens for GGUF, as llama.cpp).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object {prompt_ids, ids, text, tok_per_s, memory_bytes} instead of streaming.")
+@click.option(
+    "--ignore-eos",
+    is_flag=True,
+    help="Keep generating when an end token is sampled (BOS for llama2.c models, as run.c; "
+    "the vocabulary's end-of-generation tokens for GGUF, as llama.cpp).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object {prompt_ids, ids, text, tok_per_s, memory_bytes} instead of streaming.",
+)
 def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, attention, threads, ignore_eos, as_json):
     """Generate text, token for token like llama2.c's run.c with the same options.
 
@@ -108,8 +144,15 @@ def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, atte
         sys.stdout.flush()
 
     result = model.generate(
-        prompt, steps=steps, temperature=max(temperature, 0.0), topp=topp, seed=seed or None,
-        attention=attention, threads=threads, ignore_eos=ignore_eos, on_text=None if as_json else stream,
+        prompt,
+        steps=steps,
+        temperature=max(temperature, 0.0),
+        topp=topp,
+        seed=seed or None,
+        attention=attention,
+        threads=threads,
+        ignore_eos=ignore_eos,
+        on_text=None if as_json else stream,
     )
     for notice in result.notices:
         click.echo(f"note: {notice}", err=True)
@@ -175,8 +218,13 @@ def info(checkpoint, as_json):
 @click.argument("model", type=click.Path(dir_okay=False))
 @tokenizer_option
 @click.option("-i", "--prompt", required=True, help="Prompt text (BOS first, as llama.cpp tokenises it).")
-@click.option("--compare", "log", type=click.Path(dir_okay=False), default=None,
-              help="A llama-eval-callback log of the same prompt: show llama.cpp's sums and the relative difference.")
+@click.option(
+    "--compare",
+    "log",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A llama-eval-callback log of the same prompt: show llama.cpp's sums and the relative difference.",
+)
 @threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object {prompt_ids, tensors: [...]}.")
 def trace(model, tokenizer, prompt, log, threads, as_json):
@@ -200,10 +248,21 @@ def trace(model, tokenizer, prompt, log, threads, as_json):
 @main.command()
 @click.argument("src", type=click.Path(dir_okay=False))
 @click.argument("dst", type=click.Path(dir_okay=False))
-@click.option("--type", "out_type", type=click.Choice(["f32", "f16", "q8_0"]), default="f32", show_default=True,
-              help="How matrices are stored (q8_0: rows that are not whole 32-value blocks stay f32).")
-@click.option("-z", "--tokenizer", type=click.Path(dir_okay=False), default=None,
-              help="The llama2.c tokenizer of the checkpoint (default: tokenizer.bin beside it).")
+@click.option(
+    "--type",
+    "out_type",
+    type=click.Choice(["f32", "f16", "q8_0"]),
+    default="f32",
+    show_default=True,
+    help="How matrices are stored (q8_0: rows that are not whole 32-value blocks stay f32).",
+)
+@click.option(
+    "-z",
+    "--tokenizer",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The llama2.c tokenizer of the checkpoint (default: tokenizer.bin beside it).",
+)
 def convert(src, dst, out_type, tokenizer):
     """Write a llama2.c checkpoint SRC (with its tokenizer) as a GGUF file DST that llama.cpp loads.
 
@@ -226,24 +285,65 @@ EXIT_NOT_EXACT = 3  # diff --expect-exact: the two plugins are not bit-identical
 @click.argument("b")
 @checkpoint_option
 @tokenizer_option
-@click.option("--probe", "probe", default=None, metavar="NAME|FILE",
-              help="standard (default: short stories, a run to 4x the context, name recall), stories, long, "
-              "recall, or a text file (sequences separated by lines holding only <|endoftext|>).")
-@click.option("--text", "text_file", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="A text file as the probe (same as --probe FILE).")
+@click.option(
+    "--probe",
+    "probe",
+    default=None,
+    metavar="NAME|FILE",
+    help="standard (default: short stories, a run to 4x the context, name recall), stories, long, "
+    "recall, or a text file (sequences separated by lines holding only <|endoftext|>).",
+)
+@click.option(
+    "--text",
+    "text_file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A text file as the probe (same as --probe FILE).",
+)
 @click.option("-i", "--prompt", default=None, help="This prompt text as the probe.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the summary and every per-position row as JSON.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write every per-position row as CSV.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the overview figure (|Δlogit|, KL, per-layer error, memory, recall), e.g. diff.png.")
-@click.option("--expect-exact", is_flag=True,
-              help=f"Exit with status {EXIT_NOT_EXACT} unless every logit is bit-identical (max |Δlogit| == 0).")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the summary and every per-position row as JSON.",
+)
+@click.option(
+    "--csv",
+    "csv_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write every per-position row as CSV.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the overview figure (|Δlogit|, KL, per-layer error, memory, recall), e.g. diff.png.",
+)
+@click.option(
+    "--expect-exact",
+    is_flag=True,
+    help=f"Exit with status {EXIT_NOT_EXACT} unless every logit is bit-identical (max |Δlogit| == 0).",
+)
 @threads_option
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal, for long probes).")
-def diff(a, b, checkpoint, tokenizer, probe, text_file, prompt, json_path, csv_path, plot_path, expect_exact,
-         threads, progress):
+def diff(
+    a,
+    b,
+    checkpoint,
+    tokenizer,
+    probe,
+    text_file,
+    prompt,
+    json_path,
+    csv_path,
+    plot_path,
+    expect_exact,
+    threads,
+    progress,
+):
     """Teacher-force one token sequence through attention plugins A and B and compare them.
 
     \b
@@ -314,8 +414,9 @@ def plugins(as_json, markdown):
         origin = "" if info.origin == "built-in" else f"  [{info.origin}]"
         click.echo(f"{info.name:<{width}}  {info.description}{origin}")
         for k in info.knobs:
-            click.echo(f"{'':<{width}}    {k.name:<10} {k.describe_range():<14} "
-                       f"default {k.describe_default():<8} {k.help}")
+            click.echo(
+                f"{'':<{width}}    {k.name:<10} {k.describe_range():<14} default {k.describe_default():<8} {k.help}"
+            )
     click.echo("\nUse: --attention NAME[:ARGS], e.g. sink:4,252,shift; a local class: path/to/file.py:ClassName[:ARGS]")
 
 
@@ -324,14 +425,18 @@ def _home(path) -> str:
     import os
 
     text, home = os.fspath(path), os.path.expanduser("~")
-    return "~" + text[len(home):] if home not in ("", "/") and text.startswith(home + os.sep) else text
+    return "~" + text[len(home) :] if home not in ("", "/") and text.startswith(home + os.sep) else text
 
 
 @main.command()
 @click.argument("names", nargs=-1, metavar="NAME...")
 @click.option("--list", "as_list", is_flag=True, help="Show the known names, their sizes and whether each is cached.")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-              help="Cache folder (default: $PYLLAMA_CACHE, else ~/.cache/pyllama).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Cache folder (default: $PYLLAMA_CACHE, else ~/.cache/pyllama).",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 def download(names, as_list, cache_dir, progress):
     """Fetch known checkpoints and tokenizers into the cache, checking size and sha256.
@@ -375,15 +480,20 @@ def download(names, as_list, cache_dir, progress):
         check = "sha256 verified" if got.verified else "size checked"
         click.echo(f"{name}: {got.entry.bytes:,} bytes, {check}: {where}")
         if not got.verified:
-            click.echo(f"note: {name} was not verified by hash (no published sha256 is known), only by size",
-                       err=True)
+            click.echo(f"note: {name} was not verified by hash (no published sha256 is known), only by size", err=True)
 
 
 @main.command()
 @checkpoint_option
 @tokenizer_option
-@click.option("-n", "--steps", type=click.IntRange(min=2), default=256, show_default=True,
-              help="Positions per run, prompt included (clamped to what the attention plugin holds).")
+@click.option(
+    "-n",
+    "--steps",
+    type=click.IntRange(min=2),
+    default=256,
+    show_default=True,
+    help="Positions per run, prompt included (clamped to what the attention plugin holds).",
+)
 @threads_option
 @attention_option
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs; tok/s is the best.")
@@ -400,8 +510,7 @@ def bench(checkpoint, tokenizer, steps, threads, attention, repeats, as_json):
     """
     from pyllama.bench import run_bench
 
-    result = run_bench(checkpoint, tokenizer, steps=steps, threads=threads or 0, attention=attention,
-                       repeats=repeats)
+    result = run_bench(checkpoint, tokenizer, steps=steps, threads=threads or 0, attention=attention, repeats=repeats)
     for notice in result.notices:
         click.echo(f"note: {notice}", err=True)
     if as_json:

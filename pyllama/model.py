@@ -1,8 +1,8 @@
 """Model: the Python API. A checkpoint and its tokenizer, bound to attention plugins on demand.
 
-    m = Model.load("stories260K.bin", tokenizer="tok512.bin")
-    out = m.generate("Once upon a time", steps=256, temperature=0.0)
-    logits = m.forward(token, pos)
+m = Model.load("stories260K.bin", tokenizer="tok512.bin")
+out = m.generate("Once upon a time", steps=256, temperature=0.0)
+logits = m.forward(token, pos)
 """
 
 from __future__ import annotations

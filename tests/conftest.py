@@ -51,6 +51,23 @@ def gqa_unshared(tmp_path_factory) -> Path:
     """A small random GQA checkpoint with an unshared classifier (odd sizes on purpose)."""
     path = tmp_path_factory.mktemp("ckpt") / "gqa_unshared.bin"
     return make_checkpoint(
-        path, "custom", "--dim", "96", "--hidden-dim", "200", "--layers", "3", "--heads", "6",
-        "--kv-heads", "2", "--vocab", "300", "--seq-len", "64", "--unshared-classifier", "--seed", "3",
+        path,
+        "custom",
+        "--dim",
+        "96",
+        "--hidden-dim",
+        "200",
+        "--layers",
+        "3",
+        "--heads",
+        "6",
+        "--kv-heads",
+        "2",
+        "--vocab",
+        "300",
+        "--seq-len",
+        "64",
+        "--unshared-classifier",
+        "--seed",
+        "3",
     )

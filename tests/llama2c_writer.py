@@ -22,10 +22,18 @@ def read_legacy(path: Path) -> tuple[tuple[int, ...], bool, dict[str, np.ndarray
     hs = dim // n_h
     data = np.frombuffer(raw, dtype="<f4", offset=28)
     shapes = [
-        ("emb", (vocab, dim)), ("rms_att", (n_l, dim)), ("wq", (n_l, dim, dim)), ("wk", (n_l, n_kv * hs, dim)),
-        ("wv", (n_l, n_kv * hs, dim)), ("wo", (n_l, dim, dim)), ("rms_ffn", (n_l, dim)),
-        ("w1", (n_l, hidden, dim)), ("w2", (n_l, dim, hidden)), ("w3", (n_l, hidden, dim)),
-        ("rms_final", (dim,)), ("freqs", (seq * hs,)),
+        ("emb", (vocab, dim)),
+        ("rms_att", (n_l, dim)),
+        ("wq", (n_l, dim, dim)),
+        ("wk", (n_l, n_kv * hs, dim)),
+        ("wv", (n_l, n_kv * hs, dim)),
+        ("wo", (n_l, dim, dim)),
+        ("rms_ffn", (n_l, dim)),
+        ("w1", (n_l, hidden, dim)),
+        ("w2", (n_l, dim, hidden)),
+        ("w3", (n_l, hidden, dim)),
+        ("rms_final", (dim,)),
+        ("freqs", (seq * hs,)),
     ] + ([] if shared else [("cls", (vocab, dim))])
     out, off = {}, 0
     for name, shape in shapes:

@@ -24,10 +24,18 @@ class NumpyLlama:
         kv_dim = n_kv * hs
         data = np.frombuffer(raw, dtype="<f4", offset=28).astype(np.float64)
         sizes = [
-            ("emb", (vocab, dim)), ("rms_att", (n_layers, dim)), ("wq", (n_layers, dim, dim)),
-            ("wk", (n_layers, kv_dim, dim)), ("wv", (n_layers, kv_dim, dim)), ("wo", (n_layers, dim, dim)),
-            ("rms_ffn", (n_layers, dim)), ("w1", (n_layers, hidden, dim)), ("w2", (n_layers, dim, hidden)),
-            ("w3", (n_layers, hidden, dim)), ("rms_final", (dim,)), ("freqs", (seq_len * hs,)),
+            ("emb", (vocab, dim)),
+            ("rms_att", (n_layers, dim)),
+            ("wq", (n_layers, dim, dim)),
+            ("wk", (n_layers, kv_dim, dim)),
+            ("wv", (n_layers, kv_dim, dim)),
+            ("wo", (n_layers, dim, dim)),
+            ("rms_ffn", (n_layers, dim)),
+            ("w1", (n_layers, hidden, dim)),
+            ("w2", (n_layers, dim, hidden)),
+            ("w3", (n_layers, hidden, dim)),
+            ("rms_final", (dim,)),
+            ("freqs", (seq_len * hs,)),
         ]
         if not shared:
             sizes.append(("cls", (vocab, dim)))

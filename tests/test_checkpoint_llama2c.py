@@ -16,7 +16,14 @@ from pyllama.model import Model
 def test_stories260k_header_and_gqa(stories260k):
     cfg, w = load_checkpoint(stories260k)
     assert (cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size, cfg.seq_len) == (
-        64, 172, 5, 8, 4, 512, 512)
+        64,
+        172,
+        5,
+        8,
+        4,
+        512,
+        512,
+    )
     assert cfg.head_dim == 8 and cfg.kv_dim == 32 and cfg.shared_classifier
     assert w.classifier is w.token_embedding
     assert (w.layers[0].wk.rows, w.layers[0].wk.cols) == (32, 64)
@@ -68,6 +75,7 @@ def test_version2_int8_groups_close_to_float(stories260k, tmp_path):
 
 
 # ---- hostile files -------------------------------------------------------------------------------
+
 
 def _error(path) -> str:
     with pytest.raises(CheckpointError) as info:

@@ -50,8 +50,7 @@ MEASURE = textwrap.dedent(
 
 
 def _measure(path, mode: str) -> list:
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(path), mode], capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(path), mode], capture_output=True, text=True, check=True)
     return json.loads(proc.stdout)
 
 

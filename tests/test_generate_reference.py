@@ -28,8 +28,9 @@ def model():
 
 @pytest.mark.parametrize("run", _runs(), ids=lambda r: f"{r['prompt'][:16]!r}-t{r['temperature']}-s{r['seed']}")
 def test_api_reproduces_run_c(model, run):
-    out = model.generate(run["prompt"], steps=run["steps"], temperature=run["temperature"], topp=run["topp"],
-                         seed=run["seed"])
+    out = model.generate(
+        run["prompt"], steps=run["steps"], temperature=run["temperature"], topp=run["topp"], seed=run["seed"]
+    )
     assert out.prompt_ids == run["prompt_ids"]
     assert out.ids == run["ids"]
     assert out.stopped_on_bos == run["stopped_on_bos"]
@@ -39,9 +40,22 @@ def test_api_reproduces_run_c(model, run):
 
 @pytest.mark.parametrize("run", _runs()[:1] + _runs()[2:3], ids=["greedy", "sampled"])
 def test_cli_json_reproduces_run_c(run):
-    args = ["generate", "-c", str(shared_file("stories260K.bin")), "-z", str(shared_file("tok512.bin")),
-            "-i", run["prompt"], "-n", str(run["steps"]), "-t", str(run["temperature"]), "-p", str(run["topp"]),
-            "--json"]
+    args = [
+        "generate",
+        "-c",
+        str(shared_file("stories260K.bin")),
+        "-z",
+        str(shared_file("tok512.bin")),
+        "-i",
+        run["prompt"],
+        "-n",
+        str(run["steps"]),
+        "-t",
+        str(run["temperature"]),
+        "-p",
+        str(run["topp"]),
+        "--json",
+    ]
     if run["seed"] is not None:
         args += ["-s", str(run["seed"])]
     result = CliRunner().invoke(main, args)
@@ -54,9 +68,22 @@ def test_cli_json_reproduces_run_c(run):
 
 def test_cli_streams_text_and_reports_speed():
     run = _runs()[0] if _runs() else pytest.skip("no reference runs")
-    result = CliRunner().invoke(main, ["generate", "-c", str(shared_file("stories260K.bin")), "-z",
-                                       str(shared_file("tok512.bin")), "-i", "Once upon a time", "-t", "0",
-                                       "-n", "256"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "generate",
+            "-c",
+            str(shared_file("stories260K.bin")),
+            "-z",
+            str(shared_file("tok512.bin")),
+            "-i",
+            "Once upon a time",
+            "-t",
+            "0",
+            "-n",
+            "256",
+        ],
+    )
     assert result.exit_code == 0
     assert result.stdout == run["text"] + "\n"
     assert result.stderr.startswith("achieved tok/s: ")
@@ -75,7 +102,8 @@ def test_ignore_eos_keeps_going(model):
 
 def test_tokenize_command_matches_run_c():
     for case in read_jsonl("reference-tokenizer.jsonl"):
-        result = CliRunner().invoke(main, ["tokenize", "-z", str(shared_file(case["tokenizer"])), "--json",
-                                           case["text"]])
+        result = CliRunner().invoke(
+            main, ["tokenize", "-z", str(shared_file(case["tokenizer"])), "--json", case["text"]]
+        )
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout) == {"ids": case["ids"]}

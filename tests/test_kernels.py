@@ -136,8 +136,9 @@ def test_swiglu_and_saxpy(n):
 
 @pytest.mark.parametrize("style", ["normal", "neox"])
 def test_rope_matches_numpy_and_rerotation_composes(style):
-    cfg = ModelConfig(dim=64, hidden_dim=8, n_layers=1, n_heads=4, n_kv_heads=2, vocab_size=8, seq_len=64,
-                      rope_style=style)
+    cfg = ModelConfig(
+        dim=64, hidden_dim=8, n_layers=1, n_heads=4, n_kv_heads=2, vocab_size=8, seq_len=64, rope_style=style
+    )
     rng = np.random.default_rng(0)
     vec = rng.standard_normal(2 * cfg.head_dim).astype(np.float32)
     pos = 37

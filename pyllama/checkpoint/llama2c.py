@@ -65,9 +65,7 @@ def _check_header(name: str, dims: tuple[int, ...]) -> None:
     if dim % n_heads:
         raise CheckpointError(f"{name}: dim={dim} is not a multiple of n_heads={n_heads}: corrupt header")
     if n_heads % n_kv_heads:
-        raise CheckpointError(
-            f"{name}: n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}: corrupt header"
-        )
+        raise CheckpointError(f"{name}: n_heads={n_heads} is not a multiple of n_kv_heads={n_kv_heads}: corrupt header")
     if (dim // n_heads) % 2:
         raise CheckpointError(f"{name}: head size {dim // n_heads} is odd; RoPE needs pairs: corrupt header")
 
@@ -213,8 +211,6 @@ def load_llama2c(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
             w3 = _q8_layered(cur, "w3", L, h, d, gs)
             cls = emb if shared else _q8_layered(cur, "classifier", 1, v, d, gs)[0]
             fmt = f"llama2.c version 2 (int8 groups of {gs})"
-    layers = [
-        LayerWeights(rms_att[i], wq[i], wk[i], wv[i], wo[i], rms_ffn[i], w1[i], w2[i], w3[i]) for i in range(L)
-    ]
+    layers = [LayerWeights(rms_att[i], wq[i], wk[i], wv[i], wo[i], rms_ffn[i], w1[i], w2[i], w3[i]) for i in range(L)]
     weights = Weights(emb, layers, rms_final, cls, source=buf, format=fmt, file_bytes=size)
     return cfg, weights
