@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 MODELS = SHARED / "models"
 EXAMPLE = REPO / "experiments" / "random_evict.py"
+NATIVE_EXAMPLE = REPO / "experiments" / "random_evict_native.pyx"
 
 
 def decode_tok_s(model: Model, make_plugin, steps: int, threads: int) -> float:
@@ -58,6 +59,7 @@ def bench_decode(model: Model, threads: int, repeats: int) -> dict:
         "sink:4,60": lambda: create_plugin("sink:4,60"),
         "sink:4,60,shift": lambda: create_plugin("sink:4,60,shift"),
         "random_evict:64 (pure Python)": lambda: create_plugin(f"{EXAMPLE}:RandomEvict:budget=64"),
+        "random_evict_native:64 (Cython file)": lambda: create_plugin(f"{NATIVE_EXAMPLE}:RandomEvictNative:budget=64"),
     }
     runs: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeats):

@@ -395,7 +395,7 @@ def plugins(as_json, markdown):
     \b
     Use one with --attention NAME[:ARGS]: positional values fill the knobs in order, key=value sets
     one, a bare bool knob name sets it true (sliding:256, sink:4,252,shift, causal:positions=2048).
-    A class in a local file is path/to/file.py:ClassName[:ARGS].
+    A class in a local file is path/to/file.py:ClassName[:ARGS] (a .pyx file is compiled on first use).
     """
     from pyllama.attention.registry import plugin_infos, plugins_markdown
 
@@ -417,7 +417,10 @@ def plugins(as_json, markdown):
             click.echo(
                 f"{'':<{width}}    {k.name:<10} {k.describe_range():<14} default {k.describe_default():<8} {k.help}"
             )
-    click.echo("\nUse: --attention NAME[:ARGS], e.g. sink:4,252,shift; a local class: path/to/file.py:ClassName[:ARGS]")
+    click.echo(
+        "\nUse: --attention NAME[:ARGS], e.g. sink:4,252,shift; "
+        "a local class: path/to/file.py:ClassName[:ARGS] (or .pyx)"
+    )
 
 
 def _home(path) -> str:

@@ -8,7 +8,8 @@ Three sources, looked up in this order:
       [project.entry-points."pyllama.attention"]
       mycache = "mypkg.cache:MyCache"
 
-* **a local file** — ``path/to/file.py:ClassName`` (optionally ``:args``), imported on demand;
+* **a local file** — ``path/to/file.py:ClassName`` (optionally ``:args``), imported on demand, or a
+  Cython file ``path/to/file.pyx:ClassName``, compiled on first use (:mod:`pyllama.attention.native`);
 
 plus classes registered at run time with :func:`register` (a notebook experiment).
 
@@ -302,7 +303,7 @@ def get_plugin_class(name: str) -> type:
         if ep is None:
             raise PluginError(
                 f"unknown attention plugin {name!r}; available: {', '.join(plugin_names())} "
-                "(or path/to/file.py:ClassName; `pyllama plugins` describes them)"
+                "(or path/to/file.py:ClassName, file.pyx:ClassName; `pyllama plugins` describes them)"
             )
         try:
             cls = ep.load()
@@ -317,7 +318,7 @@ def get_plugin_class(name: str) -> type:
 
 
 def load_file_plugin(path: str, class_name: str) -> type:
-    """The class ``class_name`` of the Python file ``path``, imported once per file version."""
+    """The class ``class_name`` of the Python (or Cython) file ``path``, imported once per file version."""
     label = f"{path}:{class_name}"
     file = Path(path).expanduser()
     if not file.is_file():
@@ -326,18 +327,13 @@ def load_file_plugin(path: str, class_name: str) -> type:
     key = (str(file), file.stat().st_mtime, class_name)
     if key in _file_classes:
         return _file_classes[key]
-    digest = hashlib.sha1(f"{file}:{key[1]}".encode()).hexdigest()[:10]
-    module_name = f"pyllama_user_plugin_{re.sub(r'[^0-9a-zA-Z_]', '_', file.stem)}_{digest}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise PluginError(f"attention plugin {label}: {path} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(module_name, None)
-        raise PluginError(f"attention plugin {label}: importing {path} failed ({type(exc).__name__}: {exc})") from exc
+    if file.suffix == ".pyx":
+        from pyllama.attention.native import import_pyx
+
+        module = import_pyx(file, label)
+    else:
+        module = _import_python_file(file, path, label)
+    module_name = module.__name__
     cls = getattr(module, class_name, None)
     if cls is None:
         found = [
@@ -352,6 +348,22 @@ def load_file_plugin(path: str, class_name: str) -> type:
     check_plugin_class(cls, label)
     _file_classes[key] = cls
     return cls
+
+
+def _import_python_file(file: Path, path: str, label: str) -> types.ModuleType:
+    digest = hashlib.sha1(f"{file}:{file.stat().st_mtime}".encode()).hexdigest()[:10]
+    module_name = f"pyllama_user_plugin_{re.sub(r'[^0-9a-zA-Z_]', '_', file.stem)}_{digest}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"attention plugin {label}: {path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise PluginError(f"attention plugin {label}: importing {path} failed ({type(exc).__name__}: {exc})") from exc
+    return module
 
 
 # ---- specs --------------------------------------------------------------------------------------

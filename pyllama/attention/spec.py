@@ -11,7 +11,7 @@ A plugin class declares its knobs once::
 
 and that one declaration drives the parser, ``pyllama plugins`` and the README table.
 
-Grammar: ``NAME[:ARG,ARG,...]`` (``path/to/file.py:Class[:ARGS]`` for a local file). An ARG is
+Grammar: ``NAME[:ARG,ARG,...]`` (``path/to/file.py:Class[:ARGS]`` for a local file, ``.pyx`` for Cython). An ARG is
 
 * ``key=value`` — sets the knob ``key``;
 * a bare word naming a ``bool`` knob (``shift``) — sets it to true;
@@ -185,13 +185,13 @@ def knob_summary(knobs: tuple[Knob, ...]) -> str:
 
 def split_spec(spec: str) -> tuple[str, str | None, str]:
     """``(name, file_class, args)``: ``sink:4,252`` → ``("sink", None, "4,252")``;
-    ``dir/x.py:Cls:budget=8`` → ``("dir/x.py", "Cls", "budget=8")``."""
+    ``dir/x.py:Cls:budget=8`` → ``("dir/x.py", "Cls", "budget=8")`` (``.pyx``: a Cython file)."""
     spec = spec.strip()
-    m = re.match(r"^(?P<path>.+?\.py):(?P<cls>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<args>.*))?$", spec)
+    m = re.match(r"^(?P<path>.+?\.pyx?):(?P<cls>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<args>.*))?$", spec)
     if m:
         return m.group("path"), m.group("cls"), m.group("args") or ""
-    if spec.endswith(".py") or ".py:" in spec:
-        raise PluginError(f"{spec!r}: a plugin in a file is given as path/to/file.py:ClassName[:args]")
+    if spec.endswith((".py", ".pyx")) or ".py:" in spec or ".pyx:" in spec:
+        raise PluginError(f"{spec!r}: a plugin in a file is given as path/to/file.py:ClassName[:args] (or .pyx)")
     name, _, args = spec.partition(":")
     return name.strip(), None, args
 

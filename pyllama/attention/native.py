@@ -1,0 +1,144 @@
+"""Cython plugins in a local file (``path/to/file.pyx:ClassName``), compiled on first use.
+
+A researcher writes one ``cdef class`` (usually a ``GatherAttention`` subclass, see
+``experiments/recent_native.pyx``) and names it in a spec like a Python file plugin. The file is
+compiled the way the package itself is built (``-O3``, ``-march=native`` unless
+``PYLLAMA_PORTABLE=1``, OpenMP unless ``PYLLAMA_NO_OPENMP=1`` or the compiler lacks it), against
+the ``.pxd`` files installed with pyllama, into a cache folder keyed by the file's contents and
+the Python/pyllama versions: the first use takes seconds, later ones import the built module.
+
+The build runs in a child process so that compiler output never reaches the terminal; on failure
+the whole log is kept next to the build and the error names its first error line and its path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import types
+from pathlib import Path
+
+from pyllama.errors import PluginError
+
+# Run in the child: cythonize one module and build it in place (argv: pyx, include dir, flags...).
+_BUILD = """
+import sys
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Distribution, Extension
+
+pyx, include, openmp, *flags = sys.argv[1:]
+link = ["-fopenmp"] if openmp == "1" else []
+ext = Extension(pyx[:-4], [pyx], include_dirs=[np.get_include()], extra_compile_args=flags, extra_link_args=link)
+modules = cythonize([ext], include_path=[include, "."], quiet=True, language_level=3,
+                    compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True})
+dist = Distribution({"ext_modules": modules, "script_args": ["build_ext", "--inplace", "-q"]})
+dist.parse_command_line()
+dist.run_commands()
+"""
+
+
+def _compile_flags() -> tuple[bool, list[str]]:
+    """(OpenMP on, compile flags): the package build's choices, from the same switches."""
+    flags = ["-O3", "-fno-math-errno"]
+    if os.environ.get("PYLLAMA_PORTABLE") != "1":
+        flags.append("-march=native")
+    openmp = os.environ.get("PYLLAMA_NO_OPENMP") != "1" and _cc_has_openmp()
+    if openmp:
+        flags.append("-fopenmp")
+    return openmp, flags
+
+
+def _cc_has_openmp() -> bool:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text("#include <omp.h>\nint main(void){return omp_get_max_threads() < 1;}\n")
+        proc = subprocess.run([cc, "-fopenmp", str(src), "-o", str(Path(tmp) / "probe")], capture_output=True)
+        return proc.returncode == 0
+
+
+def _first_error(log: str) -> str:
+    """The line of a build log that says what went wrong (Cython's or the C compiler's)."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    for i, ln in enumerate(lines):
+        if ln.startswith("Error compiling Cython file"):
+            # Cython prints the source excerpt, then "file:line:col: message"
+            for follow in lines[i + 1 :]:
+                if ".pyx:" in follow and follow.count(":") >= 3:
+                    return follow.rsplit("/", 1)[-1]
+        if " error: " in ln or ln.startswith("error:"):
+            return ln.rsplit("/", 1)[-1]
+    return lines[-1] if lines else "no output"
+
+
+def build_pyx(path: Path, label: str, cache: Path | None = None) -> Path:
+    """The compiled extension module of ``path`` (built now unless the cache has it)."""
+    from pyllama import __version__
+    from pyllama.hub import cache_dir
+
+    source = path.read_bytes()
+    tag = f"{sys.implementation.cache_tag}-{__version__}-{os.environ.get('PYLLAMA_PORTABLE', '')}"
+    digest = hashlib.sha1(source + tag.encode()).hexdigest()[:12]
+    stem = "".join(c if c.isalnum() or c == "_" else "_" for c in path.stem)
+    module = f"pyllama_user_{stem}_{digest}"
+    folder = (cache if cache is not None else cache_dir()) / "plugins" / module
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    built = folder / f"{module}{suffix}"
+    if built.is_file():
+        return built
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{module}.", dir=folder.parent))
+    (work / f"{module}.pyx").write_bytes(source)
+    for pxd in path.parent.glob("*.pxd"):  # the file's own declarations, cimported by name
+        shutil.copy(pxd, work / pxd.name)
+    openmp, flags = _compile_flags()
+    include = str(Path(__file__).resolve().parents[2])  # the folder holding the pyllama package
+    proc = subprocess.run(
+        [sys.executable, "-c", _BUILD, f"{module}.pyx", include, "1" if openmp else "0", *flags],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0 or not (work / built.name).is_file():
+        (work / "build.log").write_text(log)
+        raise PluginError(
+            f"attention plugin {label}: compiling {path.name} failed: {_first_error(log)} "
+            f"(full log: {work / 'build.log'})"
+        )
+    try:
+        work.rename(folder)
+    except OSError:  # built meanwhile by another process: use theirs
+        shutil.rmtree(work, ignore_errors=True)
+    return built
+
+
+def import_pyx(path: Path, label: str) -> types.ModuleType:
+    """Compile (or find in the cache) and import a Cython plugin file."""
+    built = build_pyx(path, label)
+    name = built.name.split(".", 1)[0]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, built)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"attention plugin {label}: cannot import the module built from {path.name}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise PluginError(
+            f"attention plugin {label}: importing {path.name} failed ({type(exc).__name__}: {exc})"
+        ) from exc
+    sys.modules[name] = module
+    return module
