@@ -29,6 +29,11 @@ class PyllamaGroup(click.Group):
             msg = str(exc) if isinstance(exc, PyllamaError) else f"{exc.filename or ''}: {exc.strerror or exc}"
             click.echo(f"error: {msg}", err=True)
             ctx.exit(EXIT_USER_ERROR)
+        except click.UsageError as exc:
+            # click would print the whole usage block; one line says what is wrong and where to look
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            click.echo(f"error: {exc.format_message()} (see: {where} --help)", err=True)
+            ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)

@@ -78,3 +78,17 @@ def test_debug_flag_shows_the_traceback(tmp_path):
     junk.write_bytes(b"\x01" * 100)
     result = CliRunner().invoke(main, ["--debug", "info", str(junk)])
     assert result.exit_code != 0 and "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["diff", "causal", "kmeans", "--probe", "standard"], "Missing option '-c'"),
+        (["generate", "-c", "x.bin", "--bogus"], "No such option '--bogus'"),
+        (["generate", "-c", "x.bin", "-n", "abc"], "'abc' is not a valid integer"),
+        (["nosuch"], "No such command 'nosuch'"),
+    ],
+)
+def test_usage_errors_are_one_line_pointing_at_help(args, says):
+    line = _fails(args)
+    assert line.startswith("error: ") and says in line and "--help" in line
