@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pyllama import plots
 from pyllama.model import Model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,61 +104,15 @@ def table_markdown(model: Model, rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-COLORS = {"sliding": "#56B4E9", "sink": "#000000", "kmeans": "#E69F00", "tiered": "#009E73", "lattice": "#D55E00"}
-MARKERS = {"sliding": "s", "sink": "D", "kmeans": "o", "tiered": "^", "lattice": "v"}
-
-
-def table_figure(rows: list[dict], path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(12, 4.6))
-    ax1, ax2 = fig.subplots(1, 2)
-    seen = set()
-    for r in rows:
-        fam = r["family"]
-        ax1.scatter(
-            r["bytes"] / 1024,
-            r["mean_kl"],
-            color=COLORS[fam],
-            marker=MARKERS[fam],
-            s=40,
-            label=fam if fam not in seen else None,
-        )
-        seen.add(fam)
-    ax1.set_xscale("log")
-    ax1.set_yscale("log")
-    ax1.set_xlabel("bytes held at the end of the long run (KiB, log)")
-    ax1.set_ylabel("mean KL(causal ‖ plugin), nats")
-    ax1.set_title("divergence against memory (kmeans keeps everything)")
-    ax1.legend(fontsize=8)
-    ax1.grid(alpha=0.3, which="both")
+def table_figures(rows: list[dict], out: Path, context: int) -> None:
+    """memories.png: every setting's mean KL against its bytes (the Pareto picture);
+    memories_divergence.png: KL and max |Δlogit| along the probe at the largest budget.
+    Both are the package's own figures (pyllama.plots), as in the notebooks and `diff --plot`."""
+    plots.pareto_figure([r["report"] for r in rows]).savefig(out / "memories.png", dpi=100)
     top = max(r["budget"] for r in rows)
-    for r in rows:
-        if r["budget"] != top:
-            continue
-        rep = r["report"]
-        long_idx = [i for i, s in enumerate(rep.segments) if s.kind == "long"][0]
-        sel = rep.segment == long_idx
-        kl = rep.kl[sel]
-        width = 64
-        smooth = np.convolve(kl, np.ones(width) / width, mode="valid")
-        ax2.plot(
-            rep.position[sel][width - 1 :],
-            smooth,
-            color=COLORS[r["family"]],
-            lw=1.0,
-            label=r["spec"].split(",positions")[0],
-            alpha=0.9,
-        )
-    ax2.set_yscale("log")
-    ax2.set_ylim(1e-5, None)
-    ax2.set_xlabel("position in the long run")
-    ax2.set_ylabel(f"KL, mean over {64} positions")
-    ax2.set_title(f"along the long run, budget {top} positions")
-    ax2.legend(fontsize=6)
-    ax2.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    at_top = [r["report"] for r in rows if r["budget"] == top]
+    fig = plots.compare_divergence_figure(at_top, smooth=64, context=context)
+    fig.savefig(out / "memories_divergence.png", dpi=100)
 
 
 def growth(model: Model, steps: int, out: Path, threads: int | None, seed: int = 0) -> str:
@@ -282,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = run_table(model, budgets, args.threads)
     md = table_markdown(model, rows)
     (out / "memories.md").write_text(md)
-    table_figure(rows, out / "memories.png")
+    table_figures(rows, out, model.config.seq_len)
     print(md)
     assert all(math.isfinite(r["mean_kl"]) for r in rows)
 

@@ -294,10 +294,17 @@ def _context_line(ax: Axes, context: int | None) -> None:
 
 
 def _legend_below(fig: Figure, ax: Axes, n_items: int) -> None:
-    ncols = 1 if n_items <= 2 else (2 if n_items <= 6 else 3)
-    fig.legend(
-        *ax.get_legend_handles_labels(), loc="outside lower center", ncols=ncols, fontsize="small", frameon=False
-    )
+    handles, labels = ax.get_legend_handles_labels()
+    width, height = fig.get_size_inches()
+    # as many columns as the longest label allows (small font: ~0.065 in per character), so long
+    # plugin specs are never cut at the figure's edge
+    longest = max((len(label) for label in labels), default=10)
+    fits = max(1, int(width / (0.35 + 0.065 * longest)))
+    ncols = min(1 if n_items <= 2 else (2 if n_items <= 6 else 3), fits)
+    nrows = -(-len(labels) // ncols)
+    if nrows > 3:  # grow the figure for the extra legend rows, so the axes keep their size
+        fig.set_size_inches(width, height + 0.2 * (nrows - 3))
+    fig.legend(handles, labels, loc="outside lower center", ncols=ncols, fontsize="small", frameon=False)
 
 
 def compare_divergence_figure(reports: Sequence[DiffReport], *, smooth: int = 1, context: int | None = None) -> Figure:
