@@ -364,7 +364,7 @@ def diff(
       pyllama diff causal:positions=2048 sink:4,60,shift -c stories260K.bin -z tok512.bin --csv rows.csv
       pyllama diff causal sliding:4096 -c stories260K.bin -z tok512.bin --expect-exact
     """
-    from pyllama.diff.probes import probe_from_text
+    from pyllama.diff.probes import Probe, probe_from_text
     from pyllama.model import Model
 
     given = [x for x in (probe, text_file, prompt) if x is not None]
@@ -373,6 +373,7 @@ def diff(
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
     if model.tokenizer is None:
         raise click.UsageError(f"{checkpoint}: no tokenizer found beside it; pass one with -z")
+    source: Probe | str
     if prompt is not None:
         source = probe_from_text(prompt, model.tokenizer, name="prompt")
     else:

@@ -17,6 +17,7 @@ class Engine:
     attention: Attention
     n_threads: int
     logits_view: np.ndarray
+    tracer: Callable[[str, np.ndarray], None] | None
     def __init__(self, config: ModelConfig, weights: Weights, attention: Attention, n_threads: int = 1) -> None: ...
     @property
     def max_positions(self) -> int: ...

@@ -285,7 +285,7 @@ def _fetch(url: str, out, entry: KnownFile, progress: bool, timeout: float, fall
         reason = f"HTTP {exc.code} {exc.reason}"
         raise DownloadError(f"{entry.name}: download failed: {reason} from {url}; {fallback}") from None
     except urllib.error.URLError as exc:
-        reason = exc.reason.strerror if isinstance(exc.reason, OSError) and exc.reason.strerror else exc.reason
+        reason = exc.reason.strerror if isinstance(exc.reason, OSError) and exc.reason.strerror else str(exc.reason)
         host = urllib.parse.urlsplit(url).netloc or url
         raise DownloadError(f"{entry.name}: download failed: cannot reach {host} ({reason}); {fallback}") from None
     except (OSError, ValueError, http.client.HTTPException) as exc:  # resets, timeouts, cut transfers, bad URLs

@@ -12,18 +12,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pyllama.attention.base import Attention
 from pyllama.attention.registry import create_plugin
 from pyllama.checkpoint import load_checkpoint
+from pyllama.checkpoint.weights import Weights
 from pyllama.config import ModelConfig
 from pyllama.engine import Engine
 from pyllama.errors import InputError, TokenizerError
 from pyllama.hub import companion_tokenizer, resolve
 from pyllama.sampler import Sampler
+from pyllama.tokenizer.base import Tokenizer
 from pyllama.tokenizer.llama2c import Llama2cTokenizer
+
+if TYPE_CHECKING:
+    from pyllama.diff import DiffReport
+    from pyllama.diff.probes import ProbeSource
 
 BOS = 1
 
@@ -62,7 +69,14 @@ def default_threads() -> int:
 class Model:
     """Weights (memory-mapped), config and tokenizer of one model."""
 
-    def __init__(self, config: ModelConfig, weights, tokenizer=None, path: str | None = None, threads: int = 0):
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: Weights,
+        tokenizer: Tokenizer | None = None,
+        path: str | None = None,
+        threads: int = 0,
+    ) -> None:
         self.config = config
         self.weights = weights
         self.tokenizer = tokenizer
@@ -106,11 +120,11 @@ class Model:
         self,
         a: str | Attention | None,
         b: str | Attention | None,
-        probe=None,
+        probe: ProbeSource | None = None,
         text: str | None = None,
         threads: int | None = None,
         progress: bool | None = None,
-    ):
+    ) -> DiffReport:
         """Teacher-force a probe through plugins ``a`` and ``b`` (specs or instances) on these weights.
 
         ``probe``: ``"standard"`` (the default), ``"stories"``, ``"long"``, ``"recall"``, a text file
@@ -128,7 +142,7 @@ class Model:
         return run_diff(self, a, b, "standard" if probe is None else probe, threads=threads, progress=progress)
 
     # ---- text --------------------------------------------------------------------------------
-    def _require_tokenizer(self):
+    def _require_tokenizer(self) -> Tokenizer:
         if self.tokenizer is None:
             raise TokenizerError(f"{self.path}: no tokenizer: pass one with tokenizer=... (-z on the CLI)")
         return self.tokenizer
@@ -227,7 +241,7 @@ class Model:
         )
 
 
-def _load_tokenizer_for(model_path: Path, tokenizer, vocab_size: int):
+def _load_tokenizer_for(model_path: Path, tokenizer: str | os.PathLike | None, vocab_size: int) -> Tokenizer | None:
     if tokenizer is None and not _is_gguf(model_path) and not model_path.with_name("tokenizer.bin").exists():
         return None
     from pyllama.tokenizer import load_tokenizer

@@ -207,7 +207,7 @@ def summarize(trace: Trace, log: EvalLog | None = None) -> list[TraceRow]:
     for t in trace.tensors:
         full_ne = _strip_ones((*t.shape, t.positions))
         entry = log.entries.get(t.name) if log is not None else None
-        if entry is None:
+        if log is None or entry is None:
             out.append(
                 TraceRow(
                     t.name,

@@ -283,7 +283,7 @@ def _import_target(target: str, label: str) -> type:
         raise PluginError(
             f"attention plugin {label}: cannot import {module_name} ({type(exc).__name__}: {exc})"
         ) from exc
-    obj = module
+    obj: Any = module  # whatever the target names; check_plugin_class vets it
     for part in attr.split("."):
         obj = getattr(obj, part, None)
         if obj is None:

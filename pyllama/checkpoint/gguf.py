@@ -130,11 +130,12 @@ class _CheckedReader(GGUFReader):
         offs = orig_offs + 12
         if item_type == GGUFValueType.STRING:
             size = plain.size
+            raw = plain.data  # the same bytes as a memoryview: struct reads it a little faster than an ndarray
             unpack = _U64.unpack_from
             for _ in range(count):
                 if offs + 8 > size:
                     raise _Malformed(f"truncated: a string at byte {offs:,} runs past the end of the file")
-                (n,) = unpack(plain, offs)
+                (n,) = unpack(raw, offs)
                 if offs + 8 + n > size:
                     raise _Malformed(
                         f"truncated: a string of {n:,} bytes at byte {offs:,} runs past the end of the file"
@@ -239,7 +240,7 @@ class _Meta:
         except UnicodeDecodeError:
             raise CheckpointError(f"{self.name}: metadata {key} is not valid UTF-8") from None
 
-    def integer(self, key: str, default: int | None = None, per_layer: int = 0) -> int | None:
+    def integer(self, key: str, default: int | None = None, per_layer: int = 0) -> int:
         """An integer key; ``per_layer`` > 0 also accepts llama.cpp's one-value-per-layer arrays
         when every layer has the same value (pyllama has one shape for all layers)."""
         field = self._field(key)
@@ -259,7 +260,7 @@ class _Meta:
             raise CheckpointError(f"{self.name}: metadata {key} should be an integer, found {_type_name(field)}")
         return int(field.contents())
 
-    def number(self, key: str, default: float | None = None) -> float | None:
+    def number(self, key: str, default: float | None = None) -> float:
         field = self._field(key)
         if field is None:
             if default is None:

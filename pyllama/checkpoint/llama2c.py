@@ -92,7 +92,7 @@ class _Cursor:
 
     def take(self, dtype: type, count: int) -> np.ndarray:
         nbytes = count * np.dtype(dtype).itemsize
-        view = self.buf[self.offset : self.offset + nbytes].view(dtype)
+        view: np.ndarray = self.buf[self.offset : self.offset + nbytes].view(dtype)
         self.offset += nbytes
         return view
 
@@ -142,22 +142,23 @@ def load_llama2c(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
     if size < HEADER_V0:
         raise CheckpointError(f"{name}: {size} bytes is too small for a llama2.c checkpoint header (28 bytes)")
     buf = np.memmap(path, dtype=np.uint8, mode="r")
-    (first,) = struct.unpack_from("<I", buf, 0)
+    header = buf.data  # a memoryview of the mapped bytes: struct reads them in place
+    (first,) = struct.unpack_from("<I", header, 0)
     group_size = 0
     if first == MAGIC:
         if size < HEADER_V12:
             raise CheckpointError(f"{name}: {size} bytes is too small for a version-1/2 header (256 bytes)")
-        (version,) = struct.unpack_from("<i", buf, 4)
+        (version,) = struct.unpack_from("<i", header, 4)
         if version not in (1, 2):
             raise CheckpointError(f"{name}: llama2.c format version {version} is not supported (1 and 2 are)")
-        dims = struct.unpack_from("<7i", buf, 8)
+        dims = struct.unpack_from("<7i", header, 8)
         shared = bool(buf[36])
         if version == 2:
-            (group_size,) = struct.unpack_from("<i", buf, 37)
+            (group_size,) = struct.unpack_from("<i", header, 37)
         offset = HEADER_V12
     else:
         version = 0
-        dims = struct.unpack_from("<7i", buf, 0)
+        dims = struct.unpack_from("<7i", header, 0)
         shared = dims[5] > 0
         offset = HEADER_V0
     _check_header(name, dims)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,17 +27,22 @@ from pyllama.attention.base import Attention
 from pyllama.attention.registry import create_plugin
 from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
-from pyllama.diff.probes import Probe, load_probe
+from pyllama.diff.probes import Probe, ProbeSource, load_probe
 from pyllama.diff.report import DiffReport, RecallRow, SegmentInfo
 from pyllama.engine import Engine
 from pyllama.errors import InputError, PluginError, PyllamaError
+
+if TYPE_CHECKING:
+    from pyllama.checkpoint.weights import Weights
+    from pyllama.config import ModelConfig
+    from pyllama.model import Model
 
 BLOCK = 64  # positions per block, at most: a block holds block x vocab float64 values a few times per side
 BLOCK_VALUES = 1 << 21  # so the block shrinks for large vocabularies (Qwen2's 151,936 -> 13 positions)
 PROGRESS_MIN_POSITIONS = 2000  # show a progress bar (on a terminal) for probes at least this long
 
 
-def plugin_label(spec) -> str:
+def plugin_label(spec: str | Attention | None) -> str:
     """How a plugin is named in a report: its spec string, or for an instance its registry name or class."""
     if isinstance(spec, Attention):
         name = getattr(type(spec), "name", "")
@@ -48,7 +54,9 @@ class _Side:
     """One engine with its block buffers. The engine skips its classifier; ``run`` applies it to the
     whole block afterwards (``classify_block``: the same arithmetic, weights read once per block)."""
 
-    def __init__(self, label: str, engine: Engine, block: int, config, weights, n_threads: int) -> None:
+    def __init__(
+        self, label: str, engine: Engine, block: int, config: ModelConfig, weights: Weights, n_threads: int
+    ) -> None:
         self.label = label
         self.engine = engine
         self.classifier = weights.classifier
@@ -89,10 +97,10 @@ class _Side:
 
 
 def run_diff(
-    model,
+    model: Model,
     a: str | Attention | None,
     b: str | Attention | None,
-    probe: str | Probe | object = "standard",
+    probe: ProbeSource = "standard",
     threads: int | None = None,
     progress: bool | None = None,
     block: int = BLOCK,
@@ -138,7 +146,7 @@ def run_diff(
     total = sum(s.compared for s in seg_infos)
 
     L = config.n_layers
-    cols = {
+    cols: dict[str, np.ndarray] = {
         "segment": np.zeros(total, dtype=np.int32),
         "position": np.zeros(total, dtype=np.int64),
         "token": np.zeros(total, dtype=np.int32),
@@ -234,7 +242,9 @@ def run_diff(
     )
 
 
-def _recall_rows(pr: Probe, infos: list[SegmentInfo], offsets: list[int], cols: dict) -> list[RecallRow]:
+def _recall_rows(
+    pr: Probe, infos: list[SegmentInfo], offsets: list[int], cols: dict[str, np.ndarray]
+) -> list[RecallRow]:
     """P(name) at each mention: the teacher log-probabilities of the name's tokens, summed."""
     out = []
     for seg, info, off in zip(pr.segments, infos, offsets, strict=True):

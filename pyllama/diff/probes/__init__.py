@@ -20,13 +20,18 @@ by lines holding only ``<|endoftext|>`` (the TinyStories convention).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
 from pyllama.errors import InputError
+
+if TYPE_CHECKING:
+    from pyllama.tokenizer.base import Tokenizer
 
 __all__ = ["Mark", "Probe", "Segment", "load_probe", "probe_from_text", "probe_from_tokens", "PROBE_NAMES"]
 
@@ -76,13 +81,19 @@ class Probe:
         return f"Probe({self.name!r}, {len(self.segments)} sequences, {self.n_positions} positions)"
 
 
+# token ids: one sequence, or a list of sequences (load_probe tells them from a path by these types)
+TokenIds: TypeAlias = "list[int] | tuple[int, ...] | list[Sequence[int]] | tuple[Sequence[int], ...] | np.ndarray"
+ProbeSource: TypeAlias = "str | os.PathLike[str] | Probe | TokenIds"  # what load_probe accepts
+
+
 def _read_text(name: str) -> str:
     return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
 
 
 def split_texts(text: str) -> list[str]:
     """Sequences of a text: split on lines holding only ``<|endoftext|>``; blank ones dropped."""
-    parts, current = [], []
+    parts: list[str] = []
+    current: list[str] = []
     for line in text.splitlines():
         if line.strip() == SEPARATOR:
             parts.append("\n".join(current))
@@ -93,18 +104,18 @@ def split_texts(text: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _encode(tokenizer, text: str, bos: bool) -> list[int]:
+def _encode(tokenizer: Tokenizer, text: str, bos: bool) -> list[int]:
     return list(tokenizer.encode(text, bos=bos, eos=False))
 
 
-def _bos(tokenizer) -> int:
+def _bos(tokenizer: Tokenizer) -> int:
     bos = getattr(tokenizer, "bos_id", None)
     if bos is None:
         raise InputError(f"{tokenizer!r} has no BOS token, which the probes use to start and separate sequences")
     return int(bos)
 
 
-def _stories(tokenizer, seq_len: int) -> list[Segment]:
+def _stories(tokenizer: Tokenizer, seq_len: int) -> list[Segment]:
     out = []
     for i, story in enumerate(split_texts(_read_text("stories.txt")), 1):
         ids = _encode(tokenizer, story, bos=True)
@@ -116,7 +127,7 @@ def _stories(tokenizer, seq_len: int) -> list[Segment]:
     return out
 
 
-def _long(tokenizer, seq_len: int) -> Segment:
+def _long(tokenizer: Tokenizer, seq_len: int) -> Segment:
     stories = [_encode(tokenizer, s, bos=True) for s in split_texts(_read_text("stories.txt"))]
     target = LONG_FACTOR * seq_len
     ids: list[int] = []
@@ -156,7 +167,7 @@ def _find(ids: list[int], pattern: list[int]) -> list[int]:
     return [i for i in range(len(ids) - n + 1) if ids[i : i + n] == pattern] if n else []
 
 
-def _name_marks(tokenizer, ids: list[int], name: str, expected: int) -> list[Mark]:
+def _name_marks(tokenizer: Tokenizer, ids: list[int], name: str, expected: int) -> list[Mark]:
     """Where the name's tokens occur: the spelling (with or without the leading space) that matches
     as many mentions as the text has."""
     best: list[int] = []
@@ -172,7 +183,7 @@ def _name_marks(tokenizer, ids: list[int], name: str, expected: int) -> list[Mar
     return [Mark(name, s, len(best_pattern)) for s in best]
 
 
-def _recall(tokenizer, seq_len: int) -> list[Segment]:
+def _recall(tokenizer: Tokenizer, seq_len: int) -> list[Segment]:
     out = []
     for block in _parse_recall(_read_text("recall.txt")):
         name = block["name"]
@@ -207,7 +218,7 @@ def _recall(tokenizer, seq_len: int) -> list[Segment]:
     return out
 
 
-def standard_probe(tokenizer, seq_len: int, parts: tuple[str, ...] = ("stories", "long", "recall")) -> Probe:
+def standard_probe(tokenizer: Tokenizer, seq_len: int, parts: tuple[str, ...] = ("stories", "long", "recall")) -> Probe:
     """The ``standard`` probe (or a part of it) tokenised for a model with context ``seq_len``."""
     _bos(tokenizer)
     segments: list[Segment] = []
@@ -221,7 +232,7 @@ def standard_probe(tokenizer, seq_len: int, parts: tuple[str, ...] = ("stories",
     return Probe(name, segments)
 
 
-def probe_from_text(text: str, tokenizer, name: str = "text") -> Probe:
+def probe_from_text(text: str, tokenizer: Tokenizer, name: str = "text") -> Probe:
     """One sequence per ``<|endoftext|>``-separated part of ``text``, each BOS first."""
     texts = split_texts(text)
     if not texts:
@@ -237,7 +248,7 @@ def probe_from_text(text: str, tokenizer, name: str = "text") -> Probe:
     return Probe(name, segs)
 
 
-def probe_from_tokens(ids, name: str = "tokens") -> Probe:
+def probe_from_tokens(ids: TokenIds, name: str = "tokens") -> Probe:
     """A probe of given token ids: one sequence, or a list of sequences."""
     seqs = [ids] if len(ids) and np.isscalar(ids[0]) else list(ids)
     segs = [
@@ -249,7 +260,7 @@ def probe_from_tokens(ids, name: str = "tokens") -> Probe:
     return Probe(name, segs)
 
 
-def load_probe(probe, tokenizer, seq_len: int) -> Probe:
+def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) -> Probe:
     """A Probe from a name (``standard``, ``stories``, ``long``, ``recall``), a text file path, a Probe,
     or token ids."""
     if isinstance(probe, Probe):
