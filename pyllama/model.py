@@ -52,6 +52,9 @@ class Generation:
     def stopped_on_bos(self) -> bool:
         return self.stop_token == BOS
 
+    def __str__(self) -> str:
+        return self.text  # print(m.generate(...)) shows the story
+
     def to_json(self) -> dict:
         return {
             "prompt_ids": self.prompt_ids,

@@ -36,6 +36,7 @@ def test_api_reproduces_run_c(model, run):
     assert out.stopped_on_bos == run["stopped_on_bos"]
     # run.c drops single bytes that are not printable; where it printed none, the text is identical
     assert out.text == run["text"]
+    assert str(out) == run["text"]  # printing a Generation prints the story
 
 
 @pytest.mark.parametrize("run", _runs()[:1] + _runs()[2:3], ids=["greedy", "sampled"])
