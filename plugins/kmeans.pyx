@@ -39,7 +39,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from pyllama.attention.base cimport threads_for
-from pyllama.attention.gather cimport GatherAttention
+from pyllama.attention.gather cimport GatherAttention, kept_span
 from pyllama.kernels.matvec cimport dot_f32
 
 from pyllama.attention.spec import Knob
@@ -413,13 +413,7 @@ cdef class KMeans(GatherAttention):
 
     # ---- the step -----------------------------------------------------------------------------------
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        if pos != self.length[layer] or pos >= self.positions:
-            with gil:
-                if pos >= self.positions:
-                    raise IndexError(f"kmeans: position {pos} is outside its cache of {self.positions} "
-                                     "(raise kmeans:positions=N)")
-                raise IndexError(f"kmeans: layer {layer} expected position {self.length[layer]}, got {pos} "
-                                 "(positions are fed in order from 0; reset() starts a new sequence)")
+        self.check_in_order(layer, pos, self.length[layer])
         cdef long long S = self.sinks, W = self.window, C = self.clusters, P = self.positions, R = self.rows
         cdef Py_ssize_t kv = self.kv_dim, hd = self.head_dim
         memcpy(self.keys + (layer * P + pos) * kv, k, kv * sizeof(float))
@@ -447,9 +441,8 @@ cdef class KMeans(GatherAttention):
                 self._add_member(layer, g, pos - W)
             self.since[layer] += 1
 
-        cdef long long n_sink = pos + 1 if pos + 1 < S else S
-        cdef long long ring_start = pos + 1 - W if pos + 1 - W > S else S
-        cdef long long n_ring = pos + 1 - ring_start if pos >= S else 0
+        cdef long long n_sink, ring_start, n_ring
+        kept_span(pos, S, W, &n_sink, &ring_start, &n_ring)
         cdef float inv_scale = 1.0 / sqrtf(<float>hd)
         cdef int h, gh
         cdef long long i, j, c, a, n, n_order, n_sel, chosen, n_est, base, p

@@ -44,7 +44,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from pyllama.attention.base cimport threads_for
-from pyllama.attention.gather cimport GatherAttention
+from pyllama.attention.gather cimport GatherAttention, kept_span, position_rows
 from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
 
 from pyllama.attention.base import UNBOUNDED
@@ -232,29 +232,21 @@ cdef class Lattice(GatherAttention):
         self._push_bucket(layer, B)
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        if pos != self.length[layer]:
-            with gil:
-                raise IndexError(f"lattice: layer {layer} expected position {self.length[layer]}, got {pos} "
-                                 "(positions are fed in order from 0; reset() starts a new sequence)")
+        self.check_in_order(layer, pos, self.length[layer])
         cdef long long S = self.sinks, W = self.window, B = self.base, R = self.rows
         cdef Py_ssize_t kv = self.kv_dim
-        cdef Py_ssize_t row
-        if pos < S:
-            row = (layer * S + pos) * kv
-            memcpy(self.sink_k + row, k, kv * sizeof(float))
-            memcpy(self.sink_v + row, v, kv * sizeof(float))
-        else:
-            row = (layer * W + (pos - S) % W) * kv
-            if pos >= S + W:  # position pos - W leaves the window: its row is the one pos overwrites
-                self._leave_window(layer, self.ring_k + row, self.ring_v + row)
-            memcpy(self.ring_k + row, k, kv * sizeof(float))
-            memcpy(self.ring_v + row, v, kv * sizeof(float))
+        cdef float* key_row
+        cdef float* value_row
+        if position_rows(pos, layer, S, W, kv, self.sink_k, self.sink_v, self.ring_k, self.ring_v,
+                         &key_row, &value_row):
+            self._leave_window(layer, key_row, value_row)  # pos - W leaves: pos overwrites its row
+        memcpy(key_row, k, kv * sizeof(float))
+        memcpy(value_row, v, kv * sizeof(float))
         self.length[layer] = pos + 1
 
         # rows, ascending in position: sinks, buckets (oldest = highest level first), staged, window
-        cdef long long n_sink = pos + 1 if pos + 1 < S else S
-        cdef long long ring_start = pos + 1 - W if pos + 1 - W > S else S
-        cdef long long n_ring = pos + 1 - ring_start if pos >= S else 0
+        cdef long long n_sink, ring_start, n_ring
+        kept_span(pos, S, W, &n_sink, &ring_start, &n_ring)
         cdef long long ns = self.n_stage[layer]
         cdef long long n_buck = 0, n, i
         cdef int lvl
@@ -263,10 +255,10 @@ cdef class Lattice(GatherAttention):
                 self.bias[n_sink + n_buck] = logf(<float>self.buck_n[layer * MAX_LEVELS + lvl])
                 n_buck += 1
         if n_buck > 0:
-            for row in range(n_sink):
-                self.bias[row] = 0.0
-            for row in range(n_sink + n_buck, n_sink + n_buck + ns + n_ring):
-                self.bias[row] = 0.0
+            for i in range(n_sink):
+                self.bias[i] = 0.0
+            for i in range(n_sink + n_buck, n_sink + n_buck + ns + n_ring):
+                self.bias[i] = 0.0
         n = n_sink + n_buck + ns + n_ring
         cdef const float* bias = self.bias if n_buck > 0 else NULL
 

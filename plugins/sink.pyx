@@ -26,7 +26,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from pyllama.attention.base cimport threads_for
-from pyllama.attention.gather cimport GatherAttention
+from pyllama.attention.gather cimport GatherAttention, kept_span, position_rows
 from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
 
 from pyllama.attention.base import UNBOUNDED
@@ -93,21 +93,17 @@ cdef class Sink(GatherAttention):
                 raise IndexError(f"sink: negative position {pos}")
         cdef long long S = self.sinks, W = self.window, C = self.sinks + self.window
         cdef Py_ssize_t kv = self.kv_dim
-        cdef Py_ssize_t row
-        if pos < S:
-            row = (layer * S + pos) * kv
-            memcpy(self.sink_k + row, k, kv * sizeof(float))
-            memcpy(self.sink_v + row, v, kv * sizeof(float))
-        else:
-            row = (layer * W + (pos - S) % W) * kv
-            memcpy(self.ring_k + row, k, kv * sizeof(float))
-            memcpy(self.ring_v + row, v, kv * sizeof(float))
+        cdef float* key_row
+        cdef float* value_row
+        position_rows(pos, layer, S, W, kv, self.sink_k, self.sink_v, self.ring_k, self.ring_v,
+                      &key_row, &value_row)
+        memcpy(key_row, k, kv * sizeof(float))
+        memcpy(value_row, v, kv * sizeof(float))
         self.length = pos + 1
 
         # kept: sinks 0 .. n_sink-1, then the window ring_start .. pos
-        cdef long long n_sink = pos + 1 if pos + 1 < S else S
-        cdef long long ring_start = pos + 1 - W if pos + 1 - W > S else S
-        cdef long long n_ring = pos + 1 - ring_start if pos >= S else 0
+        cdef long long n_sink, ring_start, n_ring
+        kept_span(pos, S, W, &n_sink, &ring_start, &n_ring)
         cdef long long n = n_sink + n_ring
         cdef long long delta = ring_start - S if self.shift else 0
         cdef const float* sink_keys = self.sink_k + layer * S * kv

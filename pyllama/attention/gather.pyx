@@ -34,6 +34,18 @@ cdef class GatherAttention(Attention):
         self.vptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
         return 0
 
+    cdef int check_in_order(self, int layer, long long pos, long long expected) except -1 nogil:
+        """Plugins whose state follows the sequence take positions in order, within max_positions."""
+        if pos != expected or pos >= self.max_positions:
+            with gil:
+                name = type(self).name
+                if pos >= self.max_positions:
+                    raise IndexError(f"{name}: position {pos} is outside its cache of {self.max_positions} "
+                                     f"(raise {name}:positions=N)")
+                raise IndexError(f"{name}: layer {layer} expected position {expected}, got {pos} "
+                                 "(positions are fed in order from 0; reset() starts a new sequence)")
+        return 0
+
     cdef void* own(self, array) except NULL:
         """Keep ``array`` (C-contiguous) for the plugin's lifetime; its data pointer."""
         if not array.flags.c_contiguous:
