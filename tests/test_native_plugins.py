@@ -73,6 +73,16 @@ def test_second_load_uses_the_cache(plugin_cache):
     assert first.is_relative_to(plugin_cache)
 
 
+def test_a_change_to_pyllamas_declarations_builds_again(monkeypatch):
+    # a module built against an older GatherAttention layout must never be loaded
+    from pyllama.attention import native
+
+    first = build_pyx(TEMPLATE, "template")
+    monkeypatch.setattr(native, "_declarations", lambda: b"cdef class GatherAttention: pass  # changed")
+    second = build_pyx(TEMPLATE, "template")
+    assert second != first and second.is_file()
+
+
 def test_compile_error_is_one_line_naming_the_file_and_line(tmp_path):
     bad = tmp_path / "broken.pyx"
     bad.write_text(

@@ -4,8 +4,8 @@ A researcher writes one ``cdef class`` (usually a ``GatherAttention`` subclass, 
 ``experiments/recent_native.pyx``) and names it in a spec like a Python file plugin. The file is
 compiled the way the package itself is built (``-O3``, ``-march=native`` unless
 ``PYLLAMA_PORTABLE=1``, OpenMP unless ``PYLLAMA_NO_OPENMP=1`` or the compiler lacks it), against
-the ``.pxd`` files installed with pyllama, into a cache folder keyed by the file's contents and
-the Python/pyllama versions: the first use takes seconds, later ones import the built module.
+the ``.pxd`` files installed with pyllama, into a cache folder keyed by the file's contents, those
+``.pxd`` files and the Python/pyllama versions: the first use takes seconds, later ones import the built module.
 
 The build runs in a child process so that compiler output never reaches the terminal; on failure
 the whole log is kept next to the build and the error names its first error line and its path.
@@ -81,6 +81,13 @@ def _first_error(log: str) -> str:
     return lines[-1] if lines else "no output"
 
 
+def _declarations() -> bytes:
+    """pyllama's .pxd files: a plugin is compiled against them (the layout of GatherAttention and
+    friends), so a change to any of them must build it again, not load a stale binary."""
+    package = Path(__file__).resolve().parents[1]
+    return b"".join(p.read_bytes() for p in sorted(package.rglob("*.pxd")))
+
+
 def build_pyx(path: Path, label: str, cache: Path | None = None) -> Path:
     """The compiled extension module of ``path`` (built now unless the cache has it)."""
     from pyllama import __version__
@@ -88,7 +95,7 @@ def build_pyx(path: Path, label: str, cache: Path | None = None) -> Path:
 
     source = path.read_bytes()
     tag = f"{sys.implementation.cache_tag}-{__version__}-{os.environ.get('PYLLAMA_PORTABLE', '')}"
-    digest = hashlib.sha1(source + tag.encode()).hexdigest()[:12]
+    digest = hashlib.sha1(source + _declarations() + tag.encode()).hexdigest()[:12]
     stem = "".join(c if c.isalnum() or c == "_" else "_" for c in path.stem)
     module = f"pyllama_user_{stem}_{digest}"
     folder = (cache if cache is not None else cache_dir()) / "plugins" / module
