@@ -28,25 +28,16 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from numpy_forward import NumpyForward  # noqa: E402
+from random_checkpoints import SHARED, random_checkpoint  # noqa: E402
 
 from pyllama.model import Model  # noqa: E402
 from pyllama.tokenizer import load_tokenizer  # noqa: E402
 
 SHAPES = ("stories15M", "stories42M", "stories110M")
 PROMPT = "Once upon a time"
-
-
-def make_checkpoint(shape: str, workdir: Path) -> Path:
-    path = workdir / f"{shape}-random.bin"
-    if not path.exists():
-        tool = SHARED / "tools" / "make_llama2c_checkpoint.py"
-        subprocess.run([sys.executable, str(tool), shape, str(path), "--seed", "0"], check=True, capture_output=True)
-    return path
 
 
 def pyllama_tok_s(model: Model, steps: int, attention) -> float:
@@ -115,7 +106,7 @@ def main() -> None:
     rows = []
     with threadpool_limits(args.threads):
         for shape in args.shapes:
-            ckpt = make_checkpoint(shape, args.workdir)
+            ckpt = random_checkpoint(shape, args.workdir)
             t0 = time.perf_counter()
             model = Model.load(ckpt, threads=args.threads)  # the memory map and header checks only
             load_ms = (time.perf_counter() - t0) * 1e3

@@ -27,10 +27,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 SHAPES = ("stories15M", "stories42M", "stories110M")
 TYPES = ("f32", "q8_0")
+
+from random_checkpoints import SHARED, random_checkpoint  # noqa: E402
 
 from pyllama.checkpoint import load_checkpoint  # noqa: E402
 from pyllama.model import Model  # noqa: E402
@@ -42,10 +42,7 @@ def default_workdir() -> Path:
 
 
 def make_gguf(shape: str, qtype: str, workdir: Path, tokenizer: Path) -> Path:
-    ckpt = workdir / f"{shape}-random.bin"
-    if not ckpt.exists():
-        tool = SHARED / "tools" / "make_llama2c_checkpoint.py"
-        subprocess.run([sys.executable, str(tool), shape, str(ckpt), "--seed", "0"], check=True, capture_output=True)
+    ckpt = random_checkpoint(shape, workdir)
     out = workdir / f"{shape}-random-{qtype}.gguf"
     if not out.exists() or out.stat().st_mtime < ckpt.stat().st_mtime:
         subprocess.run(

@@ -22,27 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from random_checkpoints import random_checkpoint
 
 from pyllama.attention.registry import create_plugin
 from pyllama.engine import Pool
 from pyllama.model import Model
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-
-
-def make_checkpoint(shape: str, workdir: Path) -> Path:
-    path = workdir / f"{shape}-random.bin"
-    if not path.exists():
-        tool = SHARED / "tools" / "make_llama2c_checkpoint.py"
-        subprocess.run([sys.executable, str(tool), shape, str(path), "--seed", "0"], check=True, capture_output=True)
-    return path
 
 
 def attention_times(config, spec: str, n: int, threads: int, seed: int = 0) -> np.ndarray:
@@ -128,7 +117,7 @@ def main() -> None:
     args = ap.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     N, B = args.positions, args.bin
-    model = Model.load(make_checkpoint(args.shape, args.workdir), threads=args.threads)
+    model = Model.load(random_checkpoint(args.shape, args.workdir), threads=args.threads)
     cfg = model.config
 
     def full(spec: str) -> str:  # plugins whose capacity is a number of positions get N

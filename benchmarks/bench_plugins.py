@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from random_checkpoints import REPO, SHARED, random_checkpoint
 
 from pyllama.attention.registry import create_plugin
 from pyllama.engine import Engine
@@ -32,8 +31,6 @@ from pyllama.model import Model
 from pyllama.plugins.causal import Causal
 from pyllama.sampler import Sampler
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 MODELS = SHARED / "models"
 EXAMPLE = REPO / "experiments" / "random_evict.py"
 NATIVE_EXAMPLE = REPO / "experiments" / "random_evict_native.pyx"
@@ -95,19 +92,7 @@ def main() -> None:
     results["decode stories260K"] = bench_decode(small, args.threads, args.repeats)
     results["diff stories260K"] = bench_diff(small, args.threads, args.repeats)
     with tempfile.TemporaryDirectory() as tmp:
-        ckpt = Path(tmp) / "stories15M-random.bin"
-        subprocess.run(
-            [
-                sys.executable,
-                str(SHARED / "tools" / "make_llama2c_checkpoint.py"),
-                "stories15M",
-                str(ckpt),
-                "--seed",
-                "0",
-            ],
-            check=True,
-            capture_output=True,
-        )
+        ckpt = random_checkpoint("stories15M", Path(tmp))
         m15 = Model.load(ckpt, tokenizer=MODELS / "tokenizer.bin", threads=args.threads)
         results["decode stories15M-shaped"] = bench_decode(m15, args.threads, args.repeats)
         results["diff stories15M-shaped"] = bench_diff(m15, args.threads, args.repeats)
