@@ -9,9 +9,7 @@ once per block instead of once per position: the classifier is the largest matri
 
 from cython.parallel cimport prange
 
-import numpy as np
-
-from pyllama.kernels.matvec cimport Matrix, QuantScratch, QTYPE_F32, dot_f32, matrix_of, matvec
+from pyllama.kernels.matvec cimport Matrix, QuantScratch, QTYPE_F32, dot_f32, matrix_of, matvec, quant_scratch
 
 
 cdef void _block_f32(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows,
@@ -33,12 +31,7 @@ def classify_block(tensor, const float[:, ::1] hidden, float[:, ::1] out, int n_
     if n_pos == 0:
         return
     cdef QuantScratch scratch
-    q = np.zeros(m.cols, dtype=np.int8)
-    s = np.zeros(m.cols, dtype=np.float32)
-    cdef signed char[::1] qv = q
-    cdef float[::1] sv = s
-    scratch.q = &qv[0]
-    scratch.scales = &sv[0]
+    _owner = quant_scratch(&scratch, m.cols)  # keeps the buffers alive
     with nogil:
         if m.qtype == QTYPE_F32:
             _block_f32(&out[0, 0], <const float*>m.data, &hidden[0, 0], n_pos, m.rows, m.cols, n_threads)

@@ -22,6 +22,7 @@ cdef struct QuantScratch:
 cdef float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil
 cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows, Py_ssize_t cols,
                      int n_threads) noexcept nogil
+cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols)
 cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil
 cdef void embedding_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil
 cdef Matrix matrix_of(object tensor)

@@ -171,18 +171,21 @@ cdef Matrix matrix_of(object tensor):
     return m
 
 
+cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols):
+    """Point ``scratch`` at new buffers for products over ``cols`` inputs; keep the returned owner alive."""
+    owner = (np.zeros(max(cols, 1), dtype=np.int8), np.zeros(max(cols, 1), dtype=np.float32))
+    scratch.q = <signed char*><size_t>owner[0].ctypes.data
+    scratch.scales = <float*><size_t>owner[1].ctypes.data
+    return owner
+
+
 def matvec_tensor(tensor, const float[::1] x, int n_threads=1):
     """W @ x for a weight ``Tensor`` of any stored type, through the engine's kernels."""
     if tensor.cols != x.shape[0] or tensor.cols == 0 or tensor.rows == 0:
         raise ValueError(f"matvec: W is {tensor.rows}x{tensor.cols} but x has {x.shape[0]} values")
     cdef Matrix m = matrix_of(tensor)
     cdef QuantScratch scratch
-    q = np.zeros(tensor.cols, dtype=np.int8)
-    s = np.zeros(tensor.cols, dtype=np.float32)
-    cdef signed char[::1] qv = q
-    cdef float[::1] sv = s
-    scratch.q = &qv[0]
-    scratch.scales = &sv[0]
+    _owner = quant_scratch(&scratch, tensor.cols)  # keeps the buffers alive
     out = np.zeros(tensor.rows, dtype=np.float32)
     cdef float[::1] o = out
     with nogil:
