@@ -51,7 +51,7 @@ MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 26
 
 _U64 = struct.Struct("<Q")
-_INTEGER_TYPES = {
+INTEGER_TYPES = {  # GGUF value types that hold an integer (metadata checks here and in the tokenizer)
     GGUFValueType.UINT8,
     GGUFValueType.INT8,
     GGUFValueType.UINT16,
@@ -248,7 +248,7 @@ class _Meta:
             if default is None:
                 raise CheckpointError(f"{self.name}: metadata key {key} is missing (llama.cpp requires it too)")
             return default
-        if field.types and field.types[0] == GGUFValueType.ARRAY and per_layer and field.types[-1] in _INTEGER_TYPES:
+        if field.types and field.types[0] == GGUFValueType.ARRAY and per_layer and field.types[-1] in INTEGER_TYPES:
             values = [int(v) for v in field.contents()]
             if len(values) != per_layer or len(set(values)) != 1:
                 raise CheckpointError(
@@ -256,7 +256,7 @@ class _Meta:
                     "pyllama supports models whose layers all have the same shape"
                 )
             return values[0]
-        if len(field.types) != 1 or field.types[0] not in _INTEGER_TYPES:
+        if len(field.types) != 1 or field.types[0] not in INTEGER_TYPES:
             raise CheckpointError(f"{self.name}: metadata {key} should be an integer, found {_type_name(field)}")
         return int(field.contents())
 
@@ -266,7 +266,7 @@ class _Meta:
             if default is None:
                 raise CheckpointError(f"{self.name}: metadata key {key} is missing (llama.cpp requires it too)")
             return default
-        if len(field.types) != 1 or field.types[0] not in _FLOAT_TYPES | _INTEGER_TYPES:
+        if len(field.types) != 1 or field.types[0] not in _FLOAT_TYPES | INTEGER_TYPES:
             raise CheckpointError(f"{self.name}: metadata {key} should be a number, found {_type_name(field)}")
         return float(field.contents())
 

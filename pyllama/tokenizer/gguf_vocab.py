@@ -21,6 +21,7 @@ from enum import IntFlag
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, Keys, TokenType
 
+from pyllama.checkpoint.gguf import INTEGER_TYPES
 from pyllama.errors import TokenizerError
 from pyllama.tokenizer.base import Tokenizer
 from pyllama.tokenizer.bpe import BpeMerger, byte_decode, parse_merges
@@ -30,16 +31,6 @@ from pyllama.tokenizer.spm import SpmMerger
 SUPPORTED_MODELS = {"llama": "SentencePiece-style BPE", "gpt2": "byte-level BPE"}
 SPACE_MARK = "\u2581"  # SentencePiece's "▁", which stands for a space in token texts
 _C_SPACE = " \t\n\v\f\r"  # isspace() in the C locale, used when special tokens strip whitespace
-_INTEGER_TYPES = {
-    GGUFValueType.UINT8,
-    GGUFValueType.INT8,
-    GGUFValueType.UINT16,
-    GGUFValueType.INT16,
-    GGUFValueType.UINT32,
-    GGUFValueType.INT32,
-    GGUFValueType.UINT64,
-    GGUFValueType.INT64,
-}
 
 
 class TokenAttr(IntFlag):
@@ -122,7 +113,7 @@ class _Metadata:
         f = self._field(key, "an integer")
         if f is None:
             return None
-        if len(f.types) != 1 or f.types[0] not in _INTEGER_TYPES:
+        if len(f.types) != 1 or f.types[0] not in INTEGER_TYPES:
             raise self._wrong(key, "an integer", f)
         return int(f.parts[f.data[0]][0])
 
