@@ -1,0 +1,75 @@
+"""Equal-memory budgets: size a plugin's knob so that it holds at most a given number of bytes at the
+last position of a probe, the position where a diff reports ``bytes_last_b``.
+
+The bytes are measured, not predicted: the sized plugin runs the probe's longest sequence through an
+engine and reports ``memory_bytes()`` at its end. The knob (``window`` unless the study says
+``size_by``) is the largest value whose bytes fit, found by bisection: every built-in holds more (or
+as much) when its window grows. A budget below what the smallest setting holds is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pyllama.attention.registry import create_plugin, plugin_knobs, resolve_spec
+from pyllama.engine import Engine
+from pyllama.errors import InputError
+
+__all__ = ["BudgetSizer"]
+
+
+class BudgetSizer:
+    """Bytes at the end of one token sequence, per spec, measured once each."""
+
+    def __init__(self, model, tokens: np.ndarray, reference_positions: int, threads: int = 1) -> None:
+        self.model = model
+        self.tokens = tokens
+        self.reference_positions = reference_positions
+        self.threads = threads
+        self._bytes: dict[str, int] = {}
+
+    def bytes_at_end(self, spec: str) -> int:
+        """``memory_bytes()`` after the last position both the reference and ``spec`` hold."""
+        if spec not in self._bytes:
+            plugin = create_plugin(spec)
+            engine = Engine(self.model.config, self.model.weights, plugin, self.threads)
+            n = min(len(self.tokens), engine.max_positions, self.reference_positions)
+            for pos in range(n):
+                engine.forward(int(self.tokens[pos]), pos)
+            self._bytes[spec] = int(plugin.memory_bytes())
+        return self._bytes[spec]
+
+    def size(self, spec: str, knob: str, budget: int, where: str) -> tuple[str, dict[str, Any], int]:
+        """``(sized canonical spec, its knob values, bytes it holds)``: the largest ``knob`` that fits."""
+        cls, values, _ = resolve_spec(spec)
+        decl = {k.name: k for k in plugin_knobs(cls)}[knob]
+        lo = int(decl.min) if decl.min is not None else 0
+        hi = max(lo, len(self.tokens))  # past the sequence length a window holds everything already
+        if decl.max is not None:
+            hi = min(hi, int(decl.max))
+
+        def spec_with(v: int) -> str:
+            return resolve_spec(_respec(spec, knob, v))[2]
+
+        if self.bytes_at_end(spec_with(lo)) > budget:
+            raise InputError(
+                f"{where}: budget {budget:,} B is below what {knob}={lo} holds "
+                f"({self.bytes_at_end(spec_with(lo)):,} B at position {len(self.tokens) - 1})"
+            )
+        while lo < hi:  # invariant: lo fits
+            mid = (lo + hi + 1) // 2
+            if self.bytes_at_end(spec_with(mid)) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        sized = spec_with(lo)
+        return sized, resolve_spec(sized)[1], self.bytes_at_end(sized)
+
+
+def _respec(spec: str, knob: str, value: int) -> str:
+    """``spec`` with ``knob`` set to ``value`` (a canonical spec names every knob, so it is a replace)."""
+    head, sep, args = spec.rpartition(":")
+    items = [a for a in args.split(",") if not a.startswith(f"{knob}=")]
+    return f"{head}{sep}{','.join([*items, f'{knob}={value}'])}"

@@ -1,0 +1,68 @@
+"""What a cell will cost, from measured figures, for ``--dry-run``.
+
+A diff runs every compared position through two engines, and a decode step streams every weight
+matrix once (``bench.bytes_per_token``), so a cell costs ``2 × positions × bytes per token`` of weight
+traffic and ``2 × positions × seconds per position``. The positions are counted from the tokenised
+probe and the positions each plugin holds; the seconds per position are timed on this machine by a
+short causal run of each model (a loaded machine shows up in them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from pyllama.attention.registry import create_plugin
+from pyllama.bench import bytes_per_token
+from pyllama.engine import Engine
+
+__all__ = ["CellCost", "estimate"]
+
+CALIBRATION_POSITIONS = 64
+
+
+@dataclass
+class CellCost:
+    positions: int  # compared positions (both sides run each one)
+    bytes_streamed: int  # weight bytes both engines read
+    seconds: float  # estimated on one worker with the given threads
+
+
+def seconds_per_position(model, threads: int, positions: int = CALIBRATION_POSITIONS) -> float:
+    """Best of two timed causal runs over ``positions`` positions (token ids cycled over the vocabulary)."""
+    engine = Engine(model.config, model.weights, create_plugin("causal"), threads)
+    n = min(positions, engine.max_positions)
+    tokens = np.arange(n) % model.config.vocab_size
+    best = float("inf")
+    for _ in range(2):
+        engine.reset()
+        t0 = time.perf_counter()
+        for pos in range(n):
+            engine.forward(int(tokens[pos]), pos)
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+def held_positions(model, spec: str) -> int:
+    return int(Engine(model.config, model.weights, create_plugin(spec), 1).max_positions)
+
+
+def estimate(plan, threads: int = 1) -> dict[str, CellCost]:
+    """A CellCost per cell key of ``plan``."""
+    per_model: dict[str, tuple[int, float]] = {}
+    held: dict[tuple[str, str], int] = {}
+    out = {}
+    for cell in plan.cells:
+        model = plan.models[cell.model].model
+        if cell.model not in per_model:
+            per_model[cell.model] = (bytes_per_token(model.weights), seconds_per_position(model, threads))
+        per_token, seconds = per_model[cell.model]
+        for spec in (cell.reference, cell.spec):
+            if (cell.model, spec) not in held:
+                held[(cell.model, spec)] = held_positions(model, spec)
+        limit = min(held[(cell.model, cell.reference)], held[(cell.model, cell.spec)])
+        positions = sum(min(len(seg), limit) for seg in plan.probe_of(cell).segments)
+        out[cell.key] = CellCost(positions, 2 * positions * per_token, 2 * positions * seconds)
+    return out

@@ -1,0 +1,112 @@
+"""``pyllama.sweep.run``: plan a study, send its cells to Dask, collect the rows into one table."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from pyllama.sweep.cell import run_cell
+from pyllama.sweep.cluster import cluster_client
+from pyllama.sweep.plan import Plan, plan_study
+from pyllama.sweep.study import Study, load_study
+from pyllama.sweep.table import RowStore
+
+__all__ = ["run", "dry_run"]
+
+RETRIES = 2  # a cell whose task raised outside the diff (a lost worker's cells are rescheduled anyway)
+
+
+def _plan(study: Study | dict | str | os.PathLike, threads: int) -> Plan:
+    return plan_study(study if isinstance(study, Study) else load_study(study), threads=threads)
+
+
+def run(
+    study: Study | dict | str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    threads_per_cell: int | None = None,
+    resume: bool = False,
+    per_position: bool = False,
+    progress: bool | None = False,
+    retries: int = RETRIES,
+    client=None,
+    on_row: Callable[[dict], None] | None = None,
+):
+    """Run every cell of ``study`` (a TOML path, a dict or a Study) on Dask; the results table as a
+    pandas DataFrame, one row per cell in study order.
+
+    ``out``: a folder for ``rows.jsonl`` (each row persisted as its cell finishes), ``results.parquet``
+    and ``results.csv``; None keeps the rows in memory only. ``scheduler``: a Dask scheduler address
+    (default ``DASK_SCHEDULER_ADDRESS``, else a LocalCluster sized to the machine); ``client``: an
+    existing ``distributed.Client`` instead. ``resume``: skip cells already in ``out``'s table.
+    """
+    plan = _plan(study, threads_per_cell or 1)
+    store = RowStore(out, resume=resume)
+    todo = [c for c in plan.cells if not store.done(c.key)]
+    if todo:
+        if client is not None:
+            _gather(client, todo, threads_per_cell or 1, per_position, retries, store, progress, on_row)
+        else:
+            with cluster_client(scheduler, workers, threads_per_cell) as (dask_client, threads):
+                _gather(dask_client, todo, threads, per_position, retries, store, progress, on_row)
+    return store.write([c.key for c in plan.cells], per_position=per_position)
+
+
+def _gather(client, cells, threads, per_position, retries, store, progress, on_row) -> None:
+    from distributed import as_completed
+    from tqdm.auto import tqdm
+
+    by_key = {}
+    futures = []
+    for cell in cells:
+        fut = client.submit(
+            run_cell, cell, threads, per_position, key=f"pyllama-cell-{cell.key}", pure=False, retries=retries
+        )
+        by_key[fut.key] = cell
+        futures.append(fut)
+    bar = tqdm(total=len(futures), unit="cell", desc="sweep", disable=None if progress is None else not progress)
+    try:
+        for fut in as_completed(futures, loop=client.loop):
+            cell = by_key[fut.key]
+            try:
+                row, positions = fut.result()
+            except Exception as exc:  # the task itself failed for good (e.g. KilledWorker): the row says so
+                row, positions = cell.error_row(exc), None
+            store.append(row, positions)
+            if on_row is not None:
+                on_row(row)
+            bar.update(1)
+            fut.release()
+    finally:
+        bar.close()
+
+
+def dry_run(study: Study | dict | str | os.PathLike, threads_per_cell: int = 1, out: str | os.PathLike | None = None):
+    """The cells of ``study`` with their estimated cost, run nothing: a DataFrame with ``positions``,
+    ``bytes_streamed`` and ``est_seconds`` per cell, and ``done`` for cells already in ``out``'s table."""
+    import pandas as pd
+
+    from pyllama.sweep.cost import estimate
+
+    plan = _plan(study, threads_per_cell)
+    store = RowStore(out, resume=True) if out is not None and os.path.isdir(out) else RowStore(None)
+    costs = estimate(plan, threads_per_cell)
+    rows = []
+    for cell in plan.cells:
+        cost = costs[cell.key]
+        rows.append(
+            {
+                "cell": cell.key,
+                "model": os.path.basename(cell.model),
+                "probe": os.path.basename(cell.probe),
+                "spec": cell.spec,
+                "budget": cell.budget,
+                "positions": cost.positions,
+                "bytes_streamed": cost.bytes_streamed,
+                "est_seconds": cost.seconds,
+                "done": store.done(cell.key),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,146 @@
+"""The results table: one row per cell, persisted as each cell finishes, written as Parquet and CSV.
+
+An output folder holds
+
+* ``rows.jsonl`` — the row store: one JSON object per finished cell, appended and flushed to disk
+  the moment the cell's result arrives, so an interrupted sweep loses only the cells in flight
+  (floats are written with ``repr``, which reads back bit for bit; NaN as ``NaN``);
+* ``results.parquet`` and ``results.csv`` — the table of the study's cells, in study order, written
+  at the end of a run from the store;
+* with per-position rows, ``positions/<cell>.parquet`` per cell and ``positions.parquet`` for all.
+
+``--resume`` reads the store: a cell whose key has a row without an error is not run again; a cell
+that failed runs again and its new row replaces the old one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RowStore", "to_frame", "COLUMN_ORDER"]
+
+ROWS = "rows.jsonl"
+TABLE = "results.parquet"
+CSV = "results.csv"
+POSITIONS_DIR = "positions"
+POSITIONS = "positions.parquet"
+
+COLUMN_ORDER = (
+    "cell", "model", "model_sha256", "tokenizer", "probe", "reference", "plugin", "spec", "budget", "seed",
+)  # fmt: skip
+LAYER_SUFFIXES = ("_err_mean", "_err_max")
+TAIL = ("error", "notes", "seconds", "positions_per_second", "worker", "threads", "pyllama_version", "model_path")
+
+
+class RowStore:
+    """The rows of a sweep, kept in memory and, given a folder, appended to its ``rows.jsonl``."""
+
+    def __init__(self, out: str | os.PathLike | None, resume: bool = False) -> None:
+        self.out = Path(out) if out is not None else None
+        self.rows: dict[str, dict[str, Any]] = {}
+        if self.out is None:
+            return
+        store = self.out / ROWS
+        if store.exists() and not resume:
+            from pyllama.errors import InputError
+
+            raise InputError(f"{store} exists: pass --resume (resume=True) to continue it, or choose another --out")
+        self.out.mkdir(parents=True, exist_ok=True)
+        if store.exists():
+            for line in store.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self.rows[row["cell"]] = row  # a later row of a cell replaces an earlier one
+
+    def done(self, key: str) -> bool:
+        row = self.rows.get(key)
+        return row is not None and not row.get("error")
+
+    def append(self, row: dict[str, Any], positions: dict | None = None) -> None:
+        self.rows[row["cell"]] = row
+        if self.out is None:
+            return
+        if positions is not None:
+            _write_positions(self.out / POSITIONS_DIR / f"{row['cell']}.parquet", positions)
+        with open(self.out / ROWS, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, default=_json_default) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def frame(self, keys: list[str]):
+        return to_frame([self.rows[k] for k in keys if k in self.rows])
+
+    def write(self, keys: list[str], per_position: bool = False):
+        """Write the table of ``keys`` (study order) as Parquet and CSV; return it as a DataFrame."""
+        df = self.frame(keys)
+        if self.out is not None:
+            df.to_parquet(self.out / TABLE, index=False)
+            df.to_csv(self.out / CSV, index=False)
+            if per_position:
+                _concat_positions([self.out / POSITIONS_DIR / f"{k}.parquet" for k in keys], self.out / POSITIONS)
+        return df
+
+
+def to_frame(rows: list[dict[str, Any]]):
+    """A DataFrame of rows with the columns in a fixed order: config, knobs, metrics, layers, run."""
+    import pandas as pd
+
+    names: dict[str, None] = {}
+    for row in rows:
+        names.update(dict.fromkeys(row))
+    knobs = sorted(n for n in names if n.startswith("knob_"))
+    layers = sorted(
+        (n for n in names if n.startswith("layer") and n.endswith(("_err_mean", "_err_max"))), key=_layer_key
+    )
+    head = [n for n in COLUMN_ORDER]
+    tail = [n for n in TAIL]
+    middle = [n for n in names if n not in head and n not in tail and n not in knobs and n not in layers]
+    columns = head + knobs + middle + layers + tail
+    df = pd.DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=columns)
+    for c in df.columns:  # None in a numeric column is a missing value, not an object
+        if df[c].dtype == object and df[c].map(lambda v: v is None or isinstance(v, (int, float))).all():
+            if df[c].map(lambda v: isinstance(v, bool)).any():
+                continue
+            if df[c].notna().any() and df[c].dropna().map(lambda v: isinstance(v, int)).all():
+                df[c] = df[c].astype("Int64")
+            else:
+                df[c] = df[c].astype("float64")
+    return df
+
+
+def _layer_key(name: str) -> tuple[int, str]:
+    digits = name[len("layer") :].split("_", 1)[0]
+    return (int(digits) if digits.isdigit() else 0, name)
+
+
+def _json_default(v: Any):
+    import numpy as np
+
+    if isinstance(v, np.generic):
+        return v.item()
+    raise TypeError(f"not JSON serialisable: {type(v).__name__}")
+
+
+def _write_positions(path: Path, columns: dict) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = len(columns["position"])
+    data = {k: (np.full(n, v, dtype=object) if isinstance(v, str) else v) for k, v in columns.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(pa.table(data), tmp)
+    os.replace(tmp, path)  # a half-written file never has the final name
+
+
+def _concat_positions(paths: list[Path], dest: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(p) for p in paths if p.exists()]
+    if tables:
+        pq.write_table(pa.concat_tables(tables, promote_options="default"), dest)
