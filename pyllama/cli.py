@@ -542,5 +542,9 @@ def bench(checkpoint, tokenizer, steps, threads, attention, repeats, as_json):
         click.echo(f"{key:<{width}}  {value}")
 
 
+from pyllama.sweep.cli import sweep  # noqa: E402  (its own module: the study runner's options live with it)
+
+main.add_command(sweep)
+
 if __name__ == "__main__":
     main()

@@ -15,7 +15,7 @@ import numpy as np
 
 from pyllama.attention.registry import create_plugin, plugin_knobs, resolve_spec
 from pyllama.engine import Engine
-from pyllama.errors import InputError
+from pyllama.sweep.study import StudyError
 
 __all__ = ["BudgetSizer"]
 
@@ -54,7 +54,7 @@ class BudgetSizer:
             return resolve_spec(_respec(spec, knob, v))[2]
 
         if self.bytes_at_end(spec_with(lo)) > budget:
-            raise InputError(
+            raise StudyError(
                 f"{where}: budget {budget:,} B is below what {knob}={lo} holds "
                 f"({self.bytes_at_end(spec_with(lo)):,} B at position {len(self.tokens) - 1})"
             )

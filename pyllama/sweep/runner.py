@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 
 from pyllama.sweep.cell import run_cell
-from pyllama.sweep.cluster import cluster_client
+from pyllama.sweep.cluster import cluster_client, scheduler_address
 from pyllama.sweep.plan import Plan, plan_study
 from pyllama.sweep.study import Study, load_study
 from pyllama.sweep.table import RowStore
@@ -42,6 +42,13 @@ def run(
     (default ``DASK_SCHEDULER_ADDRESS``, else a LocalCluster sized to the machine); ``client``: an
     existing ``distributed.Client`` instead. ``resume``: skip cells already in ``out``'s table.
     """
+    if client is None and scheduler_address(scheduler):
+        # a remote scheduler is reached (or refused) before planning, which may measure budgets
+        with cluster_client(scheduler, workers, threads_per_cell) as (remote, threads):
+            return run(
+                study, out, threads_per_cell=threads, resume=resume, per_position=per_position,
+                progress=progress, retries=retries, client=remote, on_row=on_row,
+            )  # fmt: skip
     plan = _plan(study, threads_per_cell or 1)
     store = RowStore(out, resume=resume)
     todo = [c for c in plan.cells if not store.done(c.key)]
@@ -49,8 +56,8 @@ def run(
         if client is not None:
             _gather(client, todo, threads_per_cell or 1, per_position, retries, store, progress, on_row)
         else:
-            with cluster_client(scheduler, workers, threads_per_cell) as (dask_client, threads):
-                _gather(dask_client, todo, threads, per_position, retries, store, progress, on_row)
+            with cluster_client(None, workers, threads_per_cell) as (local, threads):
+                _gather(local, todo, threads, per_position, retries, store, progress, on_row)
     return store.write([c.key for c in plan.cells], per_position=per_position)
 
 
