@@ -10,7 +10,8 @@ One report (plugin B against plugin A): ``divergence_figure``, ``layer_error_fig
 ``memory_figure``, ``recall_figure`` and ``report_figure`` (the overview ``pyllama diff --plot``
 writes). Several reports against one reference, one line or point per plugin:
 ``compare_divergence_figure``, ``compare_memory_figure`` and ``pareto_figure`` (memory against mean
-KL). ``nll_figure`` draws per-position negative log-likelihoods of several plugins.
+KL); ``study_pareto_figure`` draws the same from a sweep's results table, a front per plugin family.
+``nll_figure`` draws per-position negative log-likelihoods of several plugins.
 
     fig = divergence_figure(report); fig.savefig("divergence.png")
     fig = pareto_figure([m.diff("causal", spec) for spec in ("sliding:64", "sink:4,60", "lattice")])
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,6 +46,7 @@ __all__ = [
     "pareto_front",
     "recall_figure",
     "report_figure",
+    "study_pareto_figure",
 ]
 
 # Okabe & Ito (2008), "Color Universal Design"
@@ -485,4 +488,53 @@ def nll_figure(
     ax.set_title(title)
     ax.grid(alpha=0.3, which="major")
     _legend_below(fig, ax, len(curves) + bool(context))
+    return fig
+
+
+def study_pareto_figure(table, *, x: str = "bytes_last_b", y: str = "mean_kl", family: str = "plugin") -> Figure:
+    """A sweep's results table (``pyllama.sweep.run``) as memory against divergence: one panel per
+    (model, probe), per plugin family its cells as points and its own Pareto front as a staircase.
+    ``x``/``y``/``family``: the table's columns to use. Rows with an ``error`` are left out."""
+    rows = table[table["error"].isna()] if "error" in table else table
+    if len(rows) == 0:
+        raise ValueError("study_pareto_figure: the table has no successful rows")
+    panels = list(dict.fromkeys(zip(rows["model"], rows["probe"], strict=True)))
+    families = list(dict.fromkeys(rows[family]))
+    fig = Figure(figsize=(7.5 * len(panels), 5.5), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(panels), squeeze=False)[0])
+    markers = ("o", "s", "D", "^", "v", "P", "X", "<", ">")
+    for ax, (model, probe) in zip(axes, panels, strict=True):
+        panel = rows[(rows["model"] == model) & (rows["probe"] == probe)]
+        kl_all = panel[y].to_numpy(dtype=np.float64)
+        positive = kl_all[np.isfinite(kl_all) & (kl_all > 0)]
+        for i, name in enumerate(families):
+            cells = panel[panel[family] == name]
+            if len(cells) == 0:
+                continue
+            mem = cells[x].to_numpy(dtype=np.float64) / 1024
+            kl = cells[y].to_numpy(dtype=np.float64)
+            color = _series(i)["color"]
+            label = name.rsplit("/", 1)[-1]
+            ax.scatter(mem, kl, s=40, color=color, marker=markers[i % len(markers)], label=label, zorder=3,
+                       edgecolors="white", linewidths=0.5)  # fmt: skip
+            ok = np.isfinite(kl)
+            front = np.nonzero(ok)[0][pareto_front(mem[ok], kl[ok])]
+            if front.size > 1:
+                ax.step(mem[front], kl[front], where="post", color=color, lw=1.0, alpha=0.8, zorder=2)
+        if (kl_all == 0).any():  # exact cells sit on the bottom edge of a symmetric log scale
+            linthresh = 10.0 ** math.floor(math.log10(positive.min())) / 10 if positive.size else KL_LINTHRESH
+            ax.set_yscale("symlog", linthresh=linthresh)
+            ax.set_ylim(bottom=0)
+        else:
+            ax.set_yscale("log")
+        causal = set(panel["bytes_causal_last"]) if "bytes_causal_last" in panel else set()
+        if len(causal) == 1:
+            ax.axvline(causal.pop() / 1024, color=COLOR_REF, ls=":", lw=1.0, label="dense cache")
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{x} [KiB, log scale]")
+        ax.set_ylabel(f"{y} [nats]")
+        ax.set_title(f"{Path(str(model)).name}, probe {Path(str(probe)).name}", fontsize="medium")
+        ax.grid(alpha=0.3, which="major")
+    _legend_below(fig, axes[0], len(families) + 1)
+    fig.suptitle("memory against divergence: each plugin family's cells and Pareto front")
     return fig

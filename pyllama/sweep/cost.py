@@ -2,9 +2,11 @@
 
 A diff runs every compared position through two engines, and a decode step streams every weight
 matrix once (``bench.bytes_per_token``), so a cell costs ``2 × positions × bytes per token`` of weight
-traffic and ``2 × positions × seconds per position``. The positions are counted from the tokenised
-probe and the positions each plugin holds; the seconds per position are timed on this machine by a
-short causal run of each model (a loaded machine shows up in them).
+traffic and ``positions × seconds per compared position``. The positions are counted from the
+tokenised probe and the positions each plugin holds. The seconds per compared position are timed on
+this machine by a short diff of the study's reference against itself on each model: both engines and
+the metrics, as a cell runs them (a loaded machine shows up in them). It is measured at the start of
+a sequence, so cells whose plugins' attention grows with the position take somewhat longer.
 """
 
 from __future__ import annotations
@@ -30,17 +32,15 @@ class CellCost:
     seconds: float  # estimated on one worker with the given threads
 
 
-def seconds_per_position(model, threads: int, positions: int = CALIBRATION_POSITIONS) -> float:
-    """Best of two timed causal runs over ``positions`` positions (token ids cycled over the vocabulary)."""
-    engine = Engine(model.config, model.weights, create_plugin("causal"), threads)
-    n = min(positions, engine.max_positions)
-    tokens = np.arange(n) % model.config.vocab_size
+def seconds_per_position(model, reference: str, threads: int, positions: int = CALIBRATION_POSITIONS) -> float:
+    """Best of two timed diffs of ``reference`` against itself over ``positions`` positions (token ids
+    cycled over the vocabulary), per compared position."""
+    n = min(positions, model.config.seq_len)
+    tokens = (np.arange(n) % model.config.vocab_size).astype(np.int32)
     best = float("inf")
     for _ in range(2):
-        engine.reset()
         t0 = time.perf_counter()
-        for pos in range(n):
-            engine.forward(int(tokens[pos]), pos)
+        model.diff(reference, reference, probe=tokens, threads=threads, progress=False)
         best = min(best, (time.perf_counter() - t0) / n)
     return best
 
@@ -57,12 +57,13 @@ def estimate(plan, threads: int = 1) -> dict[str, CellCost]:
     for cell in plan.cells:
         model = plan.models[cell.model].model
         if cell.model not in per_model:
-            per_model[cell.model] = (bytes_per_token(model.weights), seconds_per_position(model, threads))
+            seconds = seconds_per_position(model, cell.reference, threads)
+            per_model[cell.model] = (bytes_per_token(model.weights), seconds)
         per_token, seconds = per_model[cell.model]
         for spec in (cell.reference, cell.spec):
             if (cell.model, spec) not in held:
                 held[(cell.model, spec)] = held_positions(model, spec)
         limit = min(held[(cell.model, cell.reference)], held[(cell.model, cell.spec)])
         positions = sum(min(len(seg), limit) for seg in plan.probe_of(cell).segments)
-        out[cell.key] = CellCost(positions, 2 * positions * per_token, 2 * positions * seconds)
+        out[cell.key] = CellCost(positions, 2 * positions * per_token, positions * seconds)
     return out

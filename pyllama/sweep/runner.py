@@ -63,7 +63,7 @@ def run(
 
 def _gather(client, cells, threads, per_position, retries, store, progress, on_row) -> None:
     from distributed import as_completed
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # the plain bar: tqdm.auto warns on stderr in a notebook without ipywidgets
 
     by_key = {}
     futures = []
