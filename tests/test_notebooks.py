@@ -20,7 +20,12 @@ TIMEOUT = 300  # seconds per cell; the slowest notebook takes about 20 s on two 
 
 
 def test_the_notebooks_are_there():
-    assert [p.name for p in NOTEBOOKS] == ["divergence.ipynb", "past_context.ipynb", "sweep.ipynb", "write_your_own.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == [
+        "divergence.ipynb",
+        "past_context.ipynb",
+        "sweep.ipynb",
+        "write_your_own.ipynb",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
