@@ -4,6 +4,7 @@ a raising plugin leave the table complete."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -83,6 +84,24 @@ def test_cluster_table_equals_the_cells_run_one_by_one_in_process(cluster, tmp_p
         assert row["layer4_err_mean"] == s["layer_err_mean"][4]
     assert set(df["model_sha256"]) == {plan.cells[0].model_sha256}
     assert len(plan.cells[0].model_sha256) == 64
+    with distributed.Client(cluster.scheduler_address, set_as_default=False) as client:
+        cached = client.run(lambda: list(importlib.import_module("pyllama.sweep.cell")._MODELS))
+    assert list(cached.values()) == [[(row["model_path"], row["tokenizer"])]] * 2  # each worker mapped it once
+
+
+def test_the_default_local_cluster_is_sized_to_the_machine_and_pins_threads():
+    from pyllama.model import default_threads
+    from pyllama.sweep.cluster import cluster_client, local_size
+
+    cores = default_threads()
+    assert local_size(None, None) == (cores, 1)
+    assert local_size(None, cores) == (1, cores)
+    with cluster_client(workers=1, threads_per_cell=cores) as (client, threads):
+        env = client.run(lambda: {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
+        info = client.nthreads()
+    assert threads == cores
+    assert list(env.values()) == [{"OMP_NUM_THREADS": str(cores), "OPENBLAS_NUM_THREADS": str(cores)}]
+    assert list(info.values()) == [1]  # one cell at a time per worker process
 
 
 def test_a_killed_worker_mid_cell_still_gives_a_complete_table(cluster, tmp_path):

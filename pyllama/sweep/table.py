@@ -31,6 +31,7 @@ POSITIONS = "positions.parquet"
 COLUMN_ORDER = (
     "cell", "model", "model_sha256", "tokenizer", "probe", "reference", "plugin", "spec", "budget", "seed",
 )  # fmt: skip
+TEXT_COLUMNS = {"error", "notes", "first_diff_sequence", "last_sequence", "tokenizer", "worker"}
 LAYER_SUFFIXES = ("_err_mean", "_err_max")
 TAIL = ("error", "notes", "seconds", "positions_per_second", "worker", "threads", "pyllama_version", "model_path")
 
@@ -100,15 +101,18 @@ def to_frame(rows: list[dict[str, Any]]):
     middle = [n for n in names if n not in head and n not in tail and n not in knobs and n not in layers]
     columns = head + knobs + middle + layers + tail
     df = pd.DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=columns)
-    for c in df.columns:  # None in a numeric column is a missing value, not an object
-        if df[c].dtype == object and df[c].map(lambda v: v is None or isinstance(v, (int, float))).all():
-            if df[c].map(lambda v: isinstance(v, bool)).any():
-                continue
-            if df[c].notna().any() and df[c].dropna().map(lambda v: isinstance(v, int)).all():
-                df[c] = df[c].astype("Int64")
-            else:
-                df[c] = df[c].astype("float64")
+    for c in df.columns:
+        if c not in TEXT_COLUMNS and df[c].dtype == object:
+            df[c] = _numeric(df[c])
     return df
+
+
+def _numeric(col):
+    """A column of ints (of floats) with missing values as nullable Int64 (float64); others unchanged."""
+    values = col.dropna()
+    if len(values) == 0 or not values.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all():
+        return col
+    return col.astype("Int64") if values.map(lambda v: isinstance(v, int)).all() else col.astype("float64")
 
 
 def _layer_key(name: str) -> tuple[int, str]:
