@@ -193,3 +193,8 @@ def test_dry_run_prints_every_cell_and_runs_nothing(tmp_path):
     assert "sink:sinks=4,window=16,shift=false" in lines[2]
     assert lines[-1].startswith("3 cells, 3 to run:")
     assert not (tmp_path / "study").exists()
+
+
+def test_refuses_seeds_that_no_plugin_takes(base):
+    with pytest.raises(StudyError, match=r"^study: seeds: no plugin of the study has a seed knob"):
+        load_study(dict(base, seeds=[0, 1]))

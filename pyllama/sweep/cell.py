@@ -9,7 +9,6 @@ for a plugin) becomes the row's one-line ``error``: the sweep goes on.
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import time
@@ -139,11 +138,8 @@ def summary_columns(report) -> dict[str, Any]:
 
 
 def _plain(v: Any) -> Any:
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return float("nan")
-    return v
+    """A numpy scalar as the Python value (the row store is JSON)."""
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def run_cell(cell: Cell, threads: int = 1, per_position: bool = False) -> tuple[dict[str, Any], dict | None]:

@@ -13,7 +13,10 @@ from pyllama.sweep.table import RowStore
 
 __all__ = ["run", "dry_run"]
 
-RETRIES = 2  # a cell whose task raised outside the diff (a lost worker's cells are rescheduled anyway)
+# run_cell turns the diff's own failures into rows, so a task fails only outside it (a worker out of
+# memory, a result that cannot be sent); a cell whose worker dies is rescheduled by Dask on its own,
+# up to distributed.scheduler.allowed-failures times
+RETRIES = 2
 
 
 def _plan(study: Study | dict | str | os.PathLike, threads: int) -> Plan:
@@ -88,6 +91,7 @@ def _gather(client, cells, threads, per_position, retries, store, progress, on_r
             fut.release()
     finally:
         bar.close()
+        client.cancel([f for f in futures if not f.done()])  # an interrupted sweep leaves no work behind
 
 
 def dry_run(study: Study | dict | str | os.PathLike, threads_per_cell: int = 1, out: str | os.PathLike | None = None):

@@ -189,6 +189,8 @@ def _from_dict(data: dict, name: str, base: Path) -> Study:
     study = Study(models, grids, reference, tokenizer, probes, seeds, budgets, name, base)
     for grid in grids:
         _check_size_by(study, grid)
+    if seeds and not any("seed" in grid.knob_names for grid in grids):
+        raise fail("seeds", "no plugin of the study has a seed knob for them to set")
     return study
 
 
