@@ -52,7 +52,8 @@ def on_cluster(workers: int) -> tuple[float, float, float]:
     env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     with LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None, silence_logs=logging.ERROR, env=env,
+        dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+        silence_logs=logging.ERROR, env=env,
     ) as cluster, Client(cluster, set_as_default=False) as client:  # fmt: skip
         started = time.perf_counter() - t0
         t1 = time.perf_counter()

@@ -38,6 +38,7 @@ def cluster():
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # no fixed port that another cluster may hold
         silence_logs=logging.ERROR,
         env=env,
     ) as c:
@@ -183,3 +184,31 @@ def test_a_raising_plugin_is_one_row_with_its_error_and_the_rest_are_intact(clus
     assert set(positions["cell"]) == set(ok["cell"])
     n = int(ok.iloc[0]["positions"])
     assert (positions.groupby("cell").size() == n).all()
+
+
+def test_the_command_runs_a_study_file_on_a_scheduler(cluster, tmp_path):
+    from click.testing import CliRunner
+
+    from pyllama.cli import main
+
+    study_file = tmp_path / "study.toml"
+    study_file.write_text(
+        f'models = ["{shared_file("stories260K.bin")}"]\n'
+        f'tokenizer = "{shared_file("tok512.bin")}"\n'
+        f'probes = ["{PROBES[0]}"]\n'
+        '[[plugins]]\nname = "sliding"\nwindow = [8, 16]\n',
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    args = ["sweep", str(study_file), "--out", str(out), "--scheduler", cluster.scheduler_address, "--per-position"]
+    result = CliRunner().invoke(main, [*args, "--progress"])
+    assert result.exit_code == 0, result.output
+    assert f"2 cells, 0 failed: wrote {out}/results.parquet and {out}/results.csv" in result.output
+    assert "2/2" in result.output  # the progress bar counted the cells as they finished
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["spec"].tolist() == ["sliding:window=8", "sliding:window=16"]
+    assert len(pd.read_parquet(out / "positions.parquet")) == 2 * int(df["positions"].iloc[0])
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 1 and "rows.jsonl exists: pass --resume" in again.output
+    resumed = CliRunner().invoke(main, [*args, "--resume"])
+    assert resumed.exit_code == 0 and "2 cells, 0 failed" in resumed.output

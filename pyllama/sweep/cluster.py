@@ -22,6 +22,7 @@ __all__ = ["CONNECT_TIMEOUT", "cluster_client", "local_size"]
 
 CONNECT_TIMEOUT = 5  # seconds: an unreachable scheduler is reported quickly, before any work
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+LOOPBACK_ANY_PORT = "127.0.0.1:0"
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
 
 
@@ -77,6 +78,7 @@ def cluster_client(
         processes=True,
         host="127.0.0.1",
         dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": LOOPBACK_ANY_PORT},  # its health routes: never a fixed port
         silence_logs=logging.ERROR,
         env=env,
     )

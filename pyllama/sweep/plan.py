@@ -21,7 +21,7 @@ from pyllama.diff.probes import PROBE_NAMES, Probe, load_probe
 from pyllama.errors import PyllamaError
 from pyllama.sweep.budget import BudgetSizer
 from pyllama.sweep.cell import Cell
-from pyllama.sweep.study import Study
+from pyllama.sweep.study import GridPoint, Study
 
 __all__ = ["Plan", "cell_key", "file_sha256", "plan_study"]
 
@@ -74,6 +74,21 @@ def plan_study(study: Study, threads: int = 1) -> Plan:
     for i, name in enumerate(study.models):
         entry = _load_model(study, i, name)
         models[entry.path] = entry
+    probe_ids = _load_probes(study, models)
+    ref_positions = _max_positions(reference)
+    cells: list[Cell] = []
+    for entry in models.values():
+        for source, probe in entry.probes.items():
+            longest = max(probe.segments, key=len).tokens
+            sizer = BudgetSizer(entry.model, longest, ref_positions or entry.model.config.seq_len, threads)
+            for point in points:
+                for budget in study.budgets or [None]:
+                    cells.append(_cell(study, entry, reference, point, source, probe_ids[source], budget, sizer))
+    return Plan(study, reference, _unique(cells), models)
+
+
+def _load_probes(study: Study, models: dict[str, ModelEntry]) -> dict[str, str]:
+    """Tokenise every probe for every model; ``{source: what identifies it in a cell key}``."""
     probe_ids = {}
     for i, probe in enumerate(study.probes):
         source = probe if probe in PROBE_NAMES else study.path(probe)
@@ -85,45 +100,48 @@ def plan_study(study: Study, threads: int = 1) -> Plan:
                 entry.probes[source] = load_probe(source, entry.model.tokenizer, entry.model.config.seq_len)
             except PyllamaError as exc:
                 raise study.fail(f"probes[{i}]", str(exc)) from None
-    ref_positions = _max_positions(reference)
-    cells: list[Cell] = []
-    for entry in models.values():
-        for source, probe in entry.probes.items():
-            longest = max(probe.segments, key=len).tokens
-            sizer = BudgetSizer(entry.model, longest, ref_positions or entry.model.config.seq_len, threads)
-            for point in points:
-                for budget in study.budgets or [None]:
-                    spec, knobs = point.spec, point.knobs
-                    if budget is not None and point.size_by is not None:
-                        where = f"{study.source}: plugins[{point.entry}] ({point.family}), budget {budget}"
-                        spec, values, _ = sizer.size(point.spec, point.size_by, budget, where)
-                        knobs = tuple((k, values[k]) for k, _ in point.knobs)
-                    seed = dict(knobs).get("seed") if study.seeds else None
-                    key = cell_key(
-                        model=entry.sha256,
-                        tokenizer=entry.tokenizer_sha256,
-                        reference=reference,
-                        spec=_portable(spec),
-                        probe=probe_ids[source],
-                        seed=seed,
-                        budget=budget,
-                    )
-                    cells.append(
-                        Cell(
-                            key,
-                            entry.path,
-                            entry.sha256,
-                            entry.tokenizer,
-                            reference,
-                            point.family,
-                            spec,
-                            knobs,
-                            source,
-                            seed,
-                            budget,
-                        )  # fmt: skip
-                    )
-    return Plan(study, reference, _unique(cells), models)
+    return probe_ids
+
+
+def _cell(
+    study: Study,
+    entry: ModelEntry,
+    reference: str,
+    point: GridPoint,
+    source: str,
+    probe_id: str,
+    budget: int | None,
+    sizer: BudgetSizer,
+) -> Cell:
+    """One cell: the grid point on this model and probe, sized to ``budget`` if there is one."""
+    spec, knobs = point.spec, point.knobs
+    if budget is not None and point.size_by is not None:
+        where = f"{study.source}: plugins[{point.entry}] ({point.family}), budget {budget}"
+        spec, values, _ = sizer.size(point.spec, point.size_by, budget, where)
+        knobs = tuple((k, values[k]) for k, _ in point.knobs)
+    seed = dict(knobs).get("seed") if study.seeds else None
+    key = cell_key(
+        model=entry.sha256,
+        tokenizer=entry.tokenizer_sha256,
+        reference=reference,
+        spec=_portable(spec),
+        probe=probe_id,
+        seed=seed,
+        budget=budget,
+    )
+    return Cell(
+        key=key,
+        model=entry.path,
+        model_sha256=entry.sha256,
+        tokenizer=entry.tokenizer,
+        reference=reference,
+        family=point.family,
+        spec=spec,
+        knobs=knobs,
+        probe=source,
+        seed=seed,
+        budget=budget,
+    )
 
 
 def _load_model(study: Study, index: int, name: str) -> ModelEntry:
