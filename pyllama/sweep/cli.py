@@ -45,6 +45,7 @@ def sweep(study, out, scheduler, workers, threads_per_cell, resume, dry_run, per
       tokenizer = "tok512.bin"
       reference = "causal:positions=2048"
       probes = ["standard"]
+      budgets = [16384, 32768]    # optional: each plugin's window sized to these bytes
       [[plugins]]
       name = "sink"
       sinks = 4

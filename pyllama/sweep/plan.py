@@ -155,9 +155,14 @@ def _load_model(study: Study, index: int, name: str) -> ModelEntry:
         raise study.fail(where, str(exc)) from None
     if not Path(path).is_file():
         raise study.fail(where, f"no such model file {name!r} (paths are relative to the study file)")
-    tokenizer = study.path(study.tokenizer) if study.tokenizer else None
-    if tokenizer is not None and not Path(tokenizer).is_file():
-        raise study.fail("tokenizer", f"no such tokenizer file {study.tokenizer!r}")
+    tokenizer = None
+    if study.tokenizer:
+        try:
+            tokenizer = str(resolve(study.path(study.tokenizer), kind="tokenizer"))
+        except PyllamaError as exc:
+            raise study.fail("tokenizer", str(exc)) from None
+        if not Path(tokenizer).is_file():
+            raise study.fail("tokenizer", f"no such tokenizer file {study.tokenizer!r}")
     try:
         model = Model.load(path, tokenizer=tokenizer, threads=1)
     except PyllamaError as exc:
