@@ -542,5 +542,9 @@ def bench(checkpoint, tokenizer, steps, threads, attention, repeats, as_json):
         click.echo(f"{key:<{width}}  {value}")
 
 
+from pyllama.cli_chat import chat  # noqa: E402  (it takes the shared options defined above)
+
+main.add_command(chat)
+
 if __name__ == "__main__":
     main()
