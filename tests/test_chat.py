@@ -17,10 +17,11 @@ from gguf import GGUFValueType as VT
 from gguf_reference import write_random_gguf
 
 from pyllama import chat
+from pyllama.checkpoint.gguf import open_gguf
 from pyllama.cli import main
 from pyllama.errors import InputError
 from pyllama.model import Model
-from pyllama.tokenizer import load_tokenizer
+from pyllama.tokenizer import load_gguf_tokenizer, load_tokenizer
 from pyllama.tokenizer.bpe import BYTE_TO_CHAR
 
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -43,6 +44,14 @@ def test_smollm2_prompts_tokenize_as_llama_cpp(smollm2):
     for run in runs:
         assert smollm2.encode(run["prompt"]) == run["prompt_ids"], run["prompt"]
     assert {r["prompt"] for r in runs} >= {"Hello world", "Once upon a time", "def fib(n):"}
+
+
+def test_the_loaders_parse_gives_the_same_tokenizer(smollm2):
+    """Model.load's path: the tokenizer built from the records the weights loader parsed."""
+    from_records = load_gguf_tokenizer(open_gguf(shared_file(SMOLLM2)))
+    text, ids = chat.prompt_ids(from_records, QUESTION)
+    assert (text, ids) == chat.prompt_ids(smollm2, QUESTION)
+    assert [from_records.encode(r["prompt"]) for r in _runs()] == [r["prompt_ids"] for r in _runs()]
 
 
 def test_smollm2_vocabulary_facts(smollm2):
