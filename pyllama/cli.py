@@ -452,7 +452,7 @@ def download(names, as_list, cache_dir, progress):
 
     \b
     A model's tokenizer comes with it (tokenizer.bin for stories15M/42M/110M, tok512 for
-    stories260K). Afterwards -c/-z take the name anywhere:
+    stories260K; a GGUF model carries its own). Afterwards -c/-z take the name anywhere:
       pyllama download stories15M
       pyllama generate -c stories15M -i "Once upon a time"
     $PYLLAMA_DOWNLOAD_MIRROR=URL fetches MIRROR/FILENAME instead of the public URLs.
@@ -545,6 +545,10 @@ def bench(checkpoint, tokenizer, steps, threads, attention, repeats, as_json):
 from pyllama.sweep.cli import sweep  # noqa: E402  (its own module: the study runner's options live with it)
 
 main.add_command(sweep)
+
+from pyllama.cli_chat import chat  # noqa: E402  (it takes the shared options defined above)
+
+main.add_command(chat)
 
 if __name__ == "__main__":
     main()

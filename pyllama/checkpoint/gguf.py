@@ -1,9 +1,12 @@
 """GGUF model files (llama.cpp's format), memory-mapped, never copied.
 
 Read with the ``gguf`` package's ``GGUFReader`` (llama.cpp's own reader: ``np.memmap`` plus
-zero-copy views), behind a subclass that turns every short read and implausible size into a
-one-line ``CheckpointError`` instead of an ``IndexError``, a reshape error or a loop over a
-2^60-element array. Format: ggml's ``docs/gguf.md``; tensor dimensions are in ggml order, ``ne0``
+zero-copy views) for the header and the tensors, behind a subclass that turns every short read and
+implausible size into a one-line ``CheckpointError`` instead of an ``IndexError``, a reshape error or
+a loop over a 2^60-element array. The key/value metadata is read by ``gguf_meta`` in bulk (gguf-py
+makes one numpy view per array element: seconds for a large vocabulary); the parsed file's
+``metadata`` serves the config here and the vocabulary (``pyllama.tokenizer.gguf_vocab``), so one
+parse of a file serves both. Format: ggml's ``docs/gguf.md``; tensor dimensions are in ggml order, ``ne0``
 first: a matrix of ``ne = [cols, rows]`` stores row r at ``r * ne0`` (``ne0`` = inputs).
 
 Supported: architectures ``llama`` (RoPE pairs (2i, 2i+1)) and ``qwen2`` (NEOX pairs (i, i + n_rot/2)
@@ -22,14 +25,15 @@ pair layout.)
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
 from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
+from gguf.gguf_reader import ReaderField
 
+from pyllama.checkpoint.gguf_meta import MalformedGGUF, MetaValue, read_metadata
 from pyllama.checkpoint.weights import LayerWeights, QType, Tensor, Weights
 from pyllama.config import ROPE_NEOX, ROPE_NORMAL, ModelConfig
 from pyllama.errors import CheckpointError
@@ -50,7 +54,6 @@ MAX_LAYERS = 1 << 12
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 26
 
-_U64 = struct.Struct("<Q")
 INTEGER_TYPES = {  # GGUF value types that hold an integer (metadata checks here and in the tokenizer)
     GGUFValueType.UINT8,
     GGUFValueType.INT8,
@@ -62,19 +65,6 @@ INTEGER_TYPES = {  # GGUF value types that hold an integer (metadata checks here
     GGUFValueType.INT64,
 }
 _FLOAT_TYPES = {GGUFValueType.FLOAT32, GGUFValueType.FLOAT64}
-# the fewest bytes one array element of each type takes (a string: its 8-byte length)
-_MIN_ITEM_BYTES = {
-    GGUFValueType.STRING: 8,
-    GGUFValueType.ARRAY: 12,
-    GGUFValueType.UINT64: 8,
-    GGUFValueType.INT64: 8,
-    GGUFValueType.FLOAT64: 8,
-    GGUFValueType.UINT32: 4,
-    GGUFValueType.INT32: 4,
-    GGUFValueType.FLOAT32: 4,
-    GGUFValueType.UINT16: 2,
-    GGUFValueType.INT16: 2,
-}
 
 
 def _tensor_name(kind: MODEL_TENSOR, suffix: str = "weight", layer: int | None = None) -> str:
@@ -82,8 +72,7 @@ def _tensor_name(kind: MODEL_TENSOR, suffix: str = "weight", layer: int | None =
     return f"{base.format(bid=layer) if layer is not None else base}.{suffix}"
 
 
-class _Malformed(Exception):
-    """Raised inside the reader; ``load_gguf`` prefixes the file name."""
+_Malformed = MalformedGGUF  # raised inside the reader; ``open_gguf`` prefixes the file name
 
 
 class _CheckedReader(GGUFReader):
@@ -93,10 +82,11 @@ class _CheckedReader(GGUFReader):
     later with an unrelated message, or a huge array length loops for ever over empty reads), and
     computes tensor sizes in wrapping uint64. These overrides check first and say what is wrong.
 
-    Metadata arrays (the vocabulary: tens of thousands of strings, scores and types) take a fast
-    path that builds the same ``ReaderField`` parts from a plain ndarray view: gguf-py's generic
-    path makes several memmap views per element and takes seconds for a 32,000-token vocabulary.
+    The metadata is parsed by ``gguf_meta.read_metadata`` into ``self.metadata`` (key -> MetaValue);
+    ``self.fields`` holds only gguf-py's own header fields (and ``general.alignment``, which it reads).
     """
+
+    metadata: dict[str, MetaValue]
 
     def _get(self, offset, dtype, count=1, override_order=None):
         end = int(offset) + np.dtype(dtype).itemsize * int(count)
@@ -107,50 +97,13 @@ class _CheckedReader(GGUFReader):
             )
         return super()._get(offset, dtype, count, override_order)
 
-    def _get_field_parts(self, orig_offs, raw_type):
-        if raw_type != GGUFValueType.ARRAY:
-            return super()._get_field_parts(orig_offs, raw_type)
-        raw_itype = self._get(orig_offs, np.uint32)
-        alen = self._get(orig_offs + 4, np.uint64)
-        count = int(alen[0])
-        try:
-            item_type = GGUFValueType(int(raw_itype[0]))
-        except ValueError:
-            raise _Malformed(f"unknown metadata value type {int(raw_itype[0])} at byte {orig_offs:,}") from None
-        left = self.data.size - orig_offs - 12
-        if count * _MIN_ITEM_BYTES.get(item_type, 1) > left:
-            raise _Malformed(
-                f"an array at byte {orig_offs:,} claims {count:,} elements, more than the "
-                f"{left:,} bytes left in the file can hold: truncated file or corrupt metadata"
-            )
-        if self.byte_order != "I" or count == 0:
-            return super()._get_field_parts(orig_offs, raw_type)
-        plain = self.data.view(np.ndarray)  # slicing a plain ndarray is several times cheaper than a memmap
-        parts: list = [raw_itype, alen]
-        offs = orig_offs + 12
-        if item_type == GGUFValueType.STRING:
-            size = plain.size
-            raw = plain.data  # the same bytes as a memoryview: struct reads it a little faster than an ndarray
-            unpack = _U64.unpack_from
-            for _ in range(count):
-                if offs + 8 > size:
-                    raise _Malformed(f"truncated: a string at byte {offs:,} runs past the end of the file")
-                (n,) = unpack(raw, offs)
-                if offs + 8 + n > size:
-                    raise _Malformed(
-                        f"truncated: a string of {n:,} bytes at byte {offs:,} runs past the end of the file"
-                    )
-                parts.append(plain[offs : offs + 8].view(np.uint64))
-                parts.append(plain[offs + 8 : offs + 8 + n])
-                offs += 8 + n
-            return offs - orig_offs, parts, list(range(3, len(parts), 2)), [GGUFValueType.ARRAY, item_type]
-        np_type = self.gguf_scalar_to_np.get(item_type)
-        if np_type is None:  # nested arrays: rare, small, the generic path
-            return super()._get_field_parts(orig_offs, raw_type)
-        nbytes = count * np.dtype(np_type).itemsize
-        values = plain[offs : offs + nbytes].view(np_type)
-        parts.extend(values[i : i + 1] for i in range(count))
-        return 12 + nbytes, parts, list(range(2, 2 + count)), [GGUFValueType.ARRAY, item_type]
+    def _build_fields(self, offs, count):
+        self.metadata, end = read_metadata(self.data, int(offs), int(count))
+        alignment = self.metadata.get("general.alignment")
+        if alignment is not None:  # gguf-py checks its type and value
+            value = np.array([alignment.value if alignment.type != GGUFValueType.ARRAY else 0])
+            self._push_field(ReaderField(alignment.offset, "general.alignment", [value], [0], [alignment.type]), True)
+        return end
 
     def _get_tensor_info_field(self, orig_offs):
         # check the dimension count before gguf-py reads that many dimensions and misreads the rest
@@ -195,7 +148,8 @@ class _CheckedReader(GGUFReader):
         super()._build_tensors(start_offs, fields)
 
 
-def _open(path: Path) -> _CheckedReader:
+def open_gguf(path: Path) -> _CheckedReader:
+    """Map and parse a GGUF file once: header, metadata (``.metadata``) and tensor infos, all checked."""
     name = path.name
     size = path.stat().st_size
     if size < 24:
@@ -219,69 +173,64 @@ def _open(path: Path) -> _CheckedReader:
 class _Meta:
     """Typed access to the key/value metadata, with errors that name the file and the key."""
 
-    def __init__(self, reader: GGUFReader, name: str) -> None:
-        self.reader = reader
+    def __init__(self, reader: _CheckedReader, name: str) -> None:
+        self.records = reader.metadata
         self.name = name
 
-    def _field(self, key: str):
-        return self.reader.fields.get(key)
-
     def has(self, key: str) -> bool:
-        return key in self.reader.fields
+        return key in self.records
+
+    def _wrong(self, key: str, kind: str, record: MetaValue) -> CheckpointError:
+        return CheckpointError(f"{self.name}: metadata {key} should be {kind}, found {record.type_name()}")
 
     def string(self, key: str, default: str | None = None) -> str | None:
-        field = self._field(key)
-        if field is None:
+        record = self.records.get(key)
+        if record is None:
             return default
-        if field.types != [GGUFValueType.STRING]:
-            raise CheckpointError(f"{self.name}: metadata {key} should be a string, found {_type_name(field)}")
+        if record.type != GGUFValueType.STRING:
+            raise self._wrong(key, "a string", record)
         try:
-            return field.contents()
+            return record.value.decode("utf-8")  # type: ignore[attr-defined]
         except UnicodeDecodeError:
             raise CheckpointError(f"{self.name}: metadata {key} is not valid UTF-8") from None
 
     def integer(self, key: str, default: int | None = None, per_layer: int = 0) -> int:
         """An integer key; ``per_layer`` > 0 also accepts llama.cpp's one-value-per-layer arrays
         when every layer has the same value (pyllama has one shape for all layers)."""
-        field = self._field(key)
-        if field is None:
+        record = self.records.get(key)
+        if record is None:
             if default is None:
                 raise CheckpointError(f"{self.name}: metadata key {key} is missing (llama.cpp requires it too)")
             return default
-        if field.types and field.types[0] == GGUFValueType.ARRAY and per_layer and field.types[-1] in INTEGER_TYPES:
-            values = [int(v) for v in field.contents()]
+        if record.type == GGUFValueType.ARRAY and per_layer and record.item_type in INTEGER_TYPES:
+            values = [int(v) for v in record.value]  # type: ignore[attr-defined]
             if len(values) != per_layer or len(set(values)) != 1:
                 raise CheckpointError(
                     f"{self.name}: {key} varies per layer ({values[:8]}{' ...' if len(values) > 8 else ''}); "
                     "pyllama supports models whose layers all have the same shape"
                 )
             return values[0]
-        if len(field.types) != 1 or field.types[0] not in INTEGER_TYPES:
-            raise CheckpointError(f"{self.name}: metadata {key} should be an integer, found {_type_name(field)}")
-        return int(field.contents())
+        if record.type not in INTEGER_TYPES:
+            raise self._wrong(key, "an integer", record)
+        return int(record.value)  # type: ignore[call-overload]
 
     def number(self, key: str, default: float | None = None) -> float:
-        field = self._field(key)
-        if field is None:
+        record = self.records.get(key)
+        if record is None:
             if default is None:
                 raise CheckpointError(f"{self.name}: metadata key {key} is missing (llama.cpp requires it too)")
             return default
-        if len(field.types) != 1 or field.types[0] not in _FLOAT_TYPES | INTEGER_TYPES:
-            raise CheckpointError(f"{self.name}: metadata {key} should be a number, found {_type_name(field)}")
-        return float(field.contents())
+        if record.type not in _FLOAT_TYPES | INTEGER_TYPES:
+            raise self._wrong(key, "a number", record)
+        return float(record.value)  # type: ignore[arg-type]
 
     def array_length(self, key: str) -> int | None:
-        field = self._field(key)
-        if field is None:
+        record = self.records.get(key)
+        if record is None:
             return None
-        if not field.types or field.types[0] != GGUFValueType.ARRAY:
-            raise CheckpointError(f"{self.name}: metadata {key} should be an array, found {_type_name(field)}")
-        return len(field.data)
-
-
-def _type_name(field) -> str:
-    names = [t.name.lower() for t in field.types]
-    return names[0] if len(names) == 1 else f"{names[0]} of {names[-1]}"
+        if record.type != GGUFValueType.ARRAY:
+            raise self._wrong(key, "an array", record)
+        return record.count
 
 
 def _config(meta: _Meta, arch: str, vocab_size: int) -> ModelConfig:
@@ -430,7 +379,7 @@ def load_gguf(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
     """Map a GGUF ``llama`` or ``qwen2`` model and return its config and zero-copy weight views."""
     path = Path(path)
     name = path.name
-    reader = _open(path)
+    reader = open_gguf(path)
     meta = _Meta(reader, name)
     arch = meta.string(Keys.General.ARCHITECTURE)
     if arch is None:
@@ -508,10 +457,14 @@ def _extra(meta: _Meta) -> dict:
     """A few descriptive keys for ``pyllama info``; nothing the engine reads."""
     extra = {}
     for key in (Keys.General.NAME, Keys.General.FILE_TYPE, Keys.Tokenizer.MODEL):
-        field = meta.reader.fields.get(key)
-        if field is not None and len(field.types) == 1:
+        record = meta.records.get(key)
+        if record is None or record.type == GGUFValueType.ARRAY:
+            continue
+        if record.type == GGUFValueType.STRING:
             try:
-                extra[key] = field.contents()
-            except (UnicodeDecodeError, ValueError):
+                extra[key] = record.value.decode("utf-8")  # type: ignore[attr-defined]
+            except UnicodeDecodeError:
                 pass
+        else:
+            extra[key] = record.value
     return extra

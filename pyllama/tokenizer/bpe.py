@@ -49,21 +49,19 @@ def byte_decode(text: str) -> bytes:
     return bytes(out)
 
 
-def parse_merges(merges: list[str]) -> dict[tuple[str, str], int]:
-    """``"left right"`` lines -> rank (line number); the first of duplicate pairs wins, and a line
-    without a space after its first character is the pair ("", "") (both as llama.cpp reads them)."""
-    ranks: dict[tuple[str, str], int] = {}
-    for rank, line in enumerate(merges):
-        split = line.find(" ", 1)
-        pair = (line[:split], line[split + 1 :]) if split >= 0 else ("", "")
-        ranks.setdefault(pair, rank)
-    return ranks
+def merge_ranks(merges: list[str]) -> dict[str, int]:
+    """``"left right"`` lines -> rank (line number), keyed by the line itself; the first of equal
+    lines wins. llama.cpp splits a line at its first space after the first character, so the line of
+    a pair (left, right) is exactly ``left + " " + right`` whenever ``left`` has no space after its
+    first character; ``BpeMerger`` looks pairs up that way (a dict built in C, no tuple per merge).
+    A line without such a space is llama.cpp's pair ("", ""), which no lookup asks for."""
+    return dict(zip(reversed(merges), range(len(merges) - 1, -1, -1), strict=True))
 
 
 class BpeMerger:
     """Merges byte-encoded words into token ids."""
 
-    def __init__(self, token_to_id: dict[str, int], ranks: dict[tuple[str, str], int], ignore_merges: bool) -> None:
+    def __init__(self, token_to_id: dict[str, int], ranks: dict[str, int], ignore_merges: bool) -> None:
         self._token_to_id = token_to_id
         self._ranks = ranks
         self._ignore_merges = ignore_merges
@@ -88,8 +86,11 @@ class BpeMerger:
         ranks = self._ranks
 
         def candidate(i: int, j: int) -> tuple[int, int, int, str] | None:
-            rank = ranks.get((symbols[i], symbols[j]))
-            return None if rank is None else (rank, i, j, symbols[i] + symbols[j])
+            left, right = symbols[i], symbols[j]
+            if left.find(" ", 1) >= 0:  # no merge line splits into this pair (see merge_ranks)
+                return None
+            rank = ranks.get(left + " " + right)
+            return None if rank is None else (rank, i, j, left + right)
 
         heap = [c for i in range(n - 1) if (c := candidate(i, i + 1)) is not None]
         heapq.heapify(heap)

@@ -15,16 +15,19 @@ tensors (a vocabulary-only GGUF, as llama.cpp's ``models/ggml-vocab-*.gguf``) is
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntFlag
+from typing import Protocol
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, Keys, TokenType
+from gguf import GGUFValueType, Keys, TokenType
 
 from pyllama.checkpoint.gguf import INTEGER_TYPES
+from pyllama.checkpoint.gguf_meta import MalformedGGUF, MetaValue, read_metadata_file
 from pyllama.errors import TokenizerError
 from pyllama.tokenizer.base import Tokenizer
-from pyllama.tokenizer.bpe import BpeMerger, byte_decode, parse_merges
+from pyllama.tokenizer.bpe import BpeMerger, byte_decode, merge_ranks
 from pyllama.tokenizer.pretokenize import PreTokenizer, pre_tokenizer_info
 from pyllama.tokenizer.spm import SpmMerger
 
@@ -58,6 +61,7 @@ _TYPE_TO_ATTR: dict[int, TokenAttr] = {  # tokenizer.ggml.token_type -> attribut
     TokenType.BYTE: TokenAttr.BYTE,
 }
 SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN  # matched in the input text
+_ATTR_OF_TYPE = np.array([int(_TYPE_TO_ATTR.get(t, TokenAttr.UNDEFINED)) for t in range(max(_TYPE_TO_ATTR) + 1)])
 
 # llama.cpp recognises some special tokens by their text; these become CONTROL tokens.
 _EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>")
@@ -79,76 +83,71 @@ _DEPRECATED_FIM = {  # older spellings of three FIM keys, read after the new one
 }
 
 
+class VocabSource(Protocol):
+    """A parsed GGUF file: its metadata records and its map (``open_gguf``'s or ``read_metadata_file``'s result)."""
+
+    metadata: Mapping[str, MetaValue]
+    data: np.ndarray
+
+
 # ---- reading the metadata ----------------------------------------------------------------------
 class _Metadata:
-    """Typed access to a GGUFReader's key/value fields, with one-line errors naming the file."""
+    """Typed access to the parsed key/value records of a GGUF file, with one-line errors naming it."""
 
-    def __init__(self, reader: GGUFReader, name: str) -> None:
-        self.fields = reader.fields
+    def __init__(self, records: Mapping[str, MetaValue], name: str) -> None:
+        self.records = records
         self.name = name
 
-    def _field(self, key: str, kind: str):
-        f = self.fields.get(key)
-        if f is None:
+    def _get(self, key: str, kind: str, *types: GGUFValueType) -> MetaValue | None:
+        record = self.records.get(key)
+        if record is None:
             return None
-        if not f.types:
-            raise TokenizerError(f"{self.name}: {key} has no type, expected {kind}")
-        return f
+        if record.type not in types:
+            found = f"[{record.item_type.name}]" if record.item_type is not None else record.type.name
+            raise TokenizerError(f"{self.name}: {key} is {found}, expected {kind}")
+        return record
 
-    def _wrong(self, key: str, kind: str, f) -> TokenizerError:
-        found = (
-            "[" + ", ".join(t.name for t in f.types[1:]) + "]" if f.types[0] == GGUFValueType.ARRAY else f.types[0].name
-        )
-        return TokenizerError(f"{self.name}: {key} is {found}, expected {kind}")
+    def _array(self, key: str, item: GGUFValueType) -> MetaValue | None:
+        record = self._get(key, f"an array of {item.name}", GGUFValueType.ARRAY)
+        if record is not None and record.item_type != item and record.count:
+            raise TokenizerError(f"{self.name}: {key} is [{record.item_type.name}], expected an array of {item.name}")
+        return record
 
     def string(self, key: str) -> str | None:
-        f = self._field(key, "a string")
-        if f is None:
-            return None
-        if f.types != [GGUFValueType.STRING]:
-            raise self._wrong(key, "a string", f)
-        return bytes(f.parts[f.data[0]]).decode("utf-8", errors="surrogateescape")
+        record = self._get(key, "a string", GGUFValueType.STRING)
+        return None if record is None else record.value.decode("utf-8", errors="surrogateescape")
 
     def integer(self, key: str) -> int | None:
-        f = self._field(key, "an integer")
-        if f is None:
-            return None
-        if len(f.types) != 1 or f.types[0] not in INTEGER_TYPES:
-            raise self._wrong(key, "an integer", f)
-        return int(f.parts[f.data[0]][0])
+        record = self._get(key, "an integer", *INTEGER_TYPES)
+        return None if record is None else int(record.value)
 
     def boolean(self, key: str) -> bool | None:
-        f = self._field(key, "a bool")
-        if f is None:
-            return None
-        if f.types != [GGUFValueType.BOOL]:
-            raise self._wrong(key, "a bool", f)
-        return bool(f.parts[f.data[0]][0])
+        record = self._get(key, "a bool", GGUFValueType.BOOL)
+        return None if record is None else bool(record.value)
 
     def strings(self, key: str) -> list[str] | None:
-        f = self._field(key, "an array of strings")
-        if f is None:
+        record = self._array(key, GGUFValueType.STRING)
+        if record is None:
             return None
-        if f.types[0] != GGUFValueType.ARRAY or (len(f.types) > 1 and f.types[1] != GGUFValueType.STRING):
-            raise self._wrong(key, "an array of strings", f)
-        parts = f.parts
-        return [bytes(parts[i]).decode("utf-8", errors="surrogateescape") for i in f.data]
+        return record.value.decode("surrogateescape") if record.count else []
 
     def numbers(self, key: str, kind: GGUFValueType) -> np.ndarray | None:
-        f = self._field(key, f"an array of {kind.name}")
-        if f is None:
+        record = self._array(key, kind)
+        if record is None:
             return None
-        if f.types[0] != GGUFValueType.ARRAY or (len(f.types) > 1 and f.types[1] != kind):
-            raise self._wrong(key, f"an array of {kind.name}", f)
-        if not f.data:
-            return np.zeros(0)
-        return np.concatenate([f.parts[i] for i in f.data])
+        return np.asarray(record.value) if record.count else np.zeros(0)
 
 
-def _open(path_or_reader: str | os.PathLike[str] | GGUFReader) -> tuple[GGUFReader, str]:
-    if isinstance(path_or_reader, GGUFReader):
-        return path_or_reader, os.fspath(path_or_reader.data.filename or "GGUF file")
-    name = os.fspath(path_or_reader)
+def _records(source: str | os.PathLike[str] | VocabSource) -> tuple[Mapping[str, MetaValue], str]:
+    """The metadata records of a parsed file (as the loader left them), or of a file parsed here."""
+    if not isinstance(source, (str, os.PathLike)):
+        metadata = getattr(source, "metadata", None)
+        if not isinstance(metadata, Mapping):
+            raise TokenizerError(
+                f"expected a GGUF path or a file parsed by pyllama (open_gguf), not a {type(source).__name__}"
+            )
+        return metadata, os.fspath(getattr(source.data, "filename", None) or "GGUF file")
+    name = os.fspath(source)
     if os.path.isdir(name):
         raise TokenizerError(f"{name}: is a directory, not a GGUF file")
     if not os.path.exists(name):
@@ -160,10 +159,10 @@ def _open(path_or_reader: str | os.PathLike[str] | GGUFReader) -> tuple[GGUFRead
         raise TokenizerError(f"{name}: cannot read: {e.strerror or e}") from None
     if magic != b"GGUF":
         raise TokenizerError(f"{name}: not a GGUF file (starts with {magic!r}, expected b'GGUF')")
-    try:
-        return GGUFReader(name), name
-    except Exception as e:  # gguf-py raises ValueError, IndexError, KeyError ... on damaged files
-        raise TokenizerError(f"{name}: unreadable GGUF file ({type(e).__name__}: {e}): truncated or damaged?") from e
+    try:  # the header and metadata only: a vocabulary needs no tensor infos
+        return read_metadata_file(name).metadata, name
+    except MalformedGGUF as e:
+        raise TokenizerError(f"{name}: unreadable GGUF file ({e}): truncated or damaged?") from None
 
 
 @dataclass
@@ -175,7 +174,7 @@ class GgufVocab:
     pre: str | None  # tokenizer.ggml.pre (gpt2 only)
     tokens: list[str]
     scores: list[float]
-    attrs: list[TokenAttr]
+    attrs: list[int]  # TokenAttr bits as plain ints (an IntFlag operation costs a microsecond)
     merges: list[str]
     special_ids: dict[str, int | None]  # Keys.Tokenizer.*_ID -> id (None: the vocabulary has none)
     add_bos: bool
@@ -183,6 +182,8 @@ class GgufVocab:
     add_space_prefix: bool
     ignore_merges: bool = False
     eog_ids: set[int] = field(default_factory=set)
+    chat_template: str | None = None  # tokenizer.chat_template (Jinja), for pyllama.chat
+    token_ids: dict[str, int] = field(default_factory=dict, repr=False, compare=False)  # text -> id, once built
 
     @property
     def bos_id(self) -> int | None:
@@ -193,10 +194,14 @@ class GgufVocab:
         return self.special_ids[Keys.Tokenizer.EOS_ID]
 
 
-def read_gguf_vocab(path_or_reader: str | os.PathLike[str] | GGUFReader) -> GgufVocab:
-    """Read the ``tokenizer.ggml.*`` keys of a GGUF file as llama.cpp's ``llama_vocab::load`` does."""
-    reader, name = _open(path_or_reader)
-    meta = _Metadata(reader, name)
+def read_gguf_vocab(source: str | os.PathLike[str] | VocabSource) -> GgufVocab:
+    """Read the ``tokenizer.ggml.*`` keys of a GGUF file as llama.cpp's ``llama_vocab::load`` does.
+
+    ``source``: a path, or a file the loader already parsed (``open_gguf``; the ``source`` of a
+    GGUF model's ``Weights``), whose records are used without opening anything.
+    """
+    records, name = _records(source)
+    meta = _Metadata(records, name)
     K = Keys.Tokenizer
     supported = "; supported: " + ", ".join(f"{m} ({d})" for m, d in SUPPORTED_MODELS.items())
     model = meta.string(K.MODEL)
@@ -232,18 +237,13 @@ def read_gguf_vocab(path_or_reader: str | os.PathLike[str] | GGUFReader) -> Gguf
         if arr is not None and len(arr) != n:
             raise TokenizerError(f"{name}: {key} has {len(arr)} entries for {n} tokens")
     scores = [0.0] * n if scores_arr is None else scores_arr.astype(np.float32).tolist()
-    types = [int(TokenType.NORMAL)] * n if types_arr is None else types_arr.tolist()
-    attrs = [_TYPE_TO_ATTR.get(t, TokenAttr.UNDEFINED) for t in types]
+    codes = np.full(n, int(TokenType.NORMAL)) if types_arr is None else types_arr.astype(np.int64)
+    known = (codes >= 0) & (codes < len(_ATTR_OF_TYPE))
+    attrs: list[int] = _ATTR_OF_TYPE[np.where(known, codes, 0)].tolist()
 
-    seen: dict[str, int] = {}
-    for i, text in enumerate(tokens):
-        if not text:
-            tokens[i] = text = f"[EMPTY_{i}]"  # llama.cpp's name for an empty token
-        if text in seen:
-            raise TokenizerError(
-                f"{name}: tokens {seen[text]} and {i} are both {text!r}: a vocabulary needs distinct tokens"
-            )
-        seen[text] = i
+    seen = dict(zip(tokens, range(n), strict=True))  # text -> id, built in C; the loop below only when it must
+    if len(seen) != n or "" in seen:
+        seen = _distinct(tokens, name)
 
     for key in ids:
         value = meta.integer(key)
@@ -297,7 +297,23 @@ def read_gguf_vocab(path_or_reader: str | os.PathLike[str] | GGUFReader) -> Gguf
         add_space_prefix=add_space_prefix,
         ignore_merges=ignore_merges,
         eog_ids={i for i in eog if i is not None},
+        chat_template=meta.string(K.CHAT_TEMPLATE),
+        token_ids=seen,
     )
+
+
+def _distinct(tokens: list[str], name: str) -> dict[str, int]:
+    """Text -> id, renaming empty tokens as llama.cpp does; two equal texts are an error."""
+    seen: dict[str, int] = {}
+    for i, text in enumerate(tokens):
+        if not text:
+            tokens[i] = text = f"[EMPTY_{i}]"  # llama.cpp's name for an empty token
+        if text in seen:
+            raise TokenizerError(
+                f"{name}: tokens {seen[text]} and {i} are both {text!r}: a vocabulary needs distinct tokens"
+            )
+        seen[text] = i
+    return seen
 
 
 def _first(value: bool | None, default: bool) -> bool:
@@ -313,9 +329,12 @@ class GgufTokenizer(Tokenizer):
         self.name = vocab.name
         self._tokens = vocab.tokens
         self._attrs = vocab.attrs
-        self._token_to_id = {t: i for i, t in enumerate(vocab.tokens)}
+        ids = vocab.token_ids
+        if len(ids) != len(vocab.tokens):  # a vocabulary made by hand (or replaced) without its table
+            ids = dict(zip(vocab.tokens, range(len(vocab.tokens)), strict=True))
+        self._token_to_id = ids
         # Special tokens are matched longest first (llama.cpp sorts by byte length; ties by id here).
-        special = [i for i, a in enumerate(vocab.attrs) if a & SPECIAL]
+        special = np.flatnonzero(np.asarray(vocab.attrs, dtype=np.int64) & int(SPECIAL)).tolist()
         self._special = sorted(special, key=lambda i: -len(vocab.tokens[i].encode("utf-8", "surrogateescape")))
         if vocab.model == "llama":
             self._spm: SpmMerger | None = SpmMerger(self._token_to_id, vocab.scores, self._byte_token)
@@ -324,7 +343,7 @@ class GgufTokenizer(Tokenizer):
         else:
             info = pre_tokenizer_info(vocab.pre, vocab.name)
             self._spm = None
-            self._bpe = BpeMerger(self._token_to_id, parse_merges(vocab.merges), vocab.ignore_merges)
+            self._bpe = BpeMerger(self._token_to_id, merge_ranks(vocab.merges), vocab.ignore_merges)
             self._pre = PreTokenizer.named(info.expressions)
         self._pieces: list[bytes | None] = [None] * len(vocab.tokens)
 
@@ -372,7 +391,7 @@ class GgufTokenizer(Tokenizer):
 
     @property
     def attrs(self) -> list[TokenAttr]:
-        return list(self._attrs)
+        return [TokenAttr(a) for a in self._attrs]
 
     # ---- encoding ------------------------------------------------------------------------------
     def encode(
@@ -496,12 +515,11 @@ def _strtol_hex(digits: bytes) -> int:
     return sign * int(s[:end], 16) if end else 0
 
 
-def load_gguf_tokenizer(
-    path_or_reader: str | os.PathLike[str] | GGUFReader, vocab_size: int | None = None
-) -> GgufTokenizer:
-    """The tokenizer of a GGUF file (a model or a vocabulary-only file). ``vocab_size``: the model's
-    vocabulary, which must equal the number of tokens."""
-    tokenizer = GgufTokenizer(read_gguf_vocab(path_or_reader))
+def load_gguf_tokenizer(source: str | os.PathLike[str] | VocabSource, vocab_size: int | None = None) -> GgufTokenizer:
+    """The tokenizer of a GGUF file (a model or a vocabulary-only file), or of a file the loader
+    already parsed (no file is opened then). ``vocab_size``: the model's vocabulary, which must
+    equal the number of tokens."""
+    tokenizer = GgufTokenizer(read_gguf_vocab(source))
     if vocab_size is not None and vocab_size != tokenizer.vocab_size:
         raise TokenizerError(
             f"{tokenizer.name} holds {tokenizer.vocab_size} tokens but the model has a vocabulary of {vocab_size}: "
