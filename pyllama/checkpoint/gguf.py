@@ -195,6 +195,9 @@ class _CheckedReader(GGUFReader):
         super()._build_tensors(start_offs, fields)
 
 
+CheckedReader = _CheckedReader  # for the GGUF tokenizer, which reads the same files
+
+
 def _open(path: Path) -> _CheckedReader:
     name = path.name
     size = path.stat().st_size

@@ -21,7 +21,7 @@ from enum import IntFlag
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, Keys, TokenType
 
-from pyllama.checkpoint.gguf import INTEGER_TYPES
+from pyllama.checkpoint.gguf import INTEGER_TYPES, CheckedReader
 from pyllama.errors import TokenizerError
 from pyllama.tokenizer.base import Tokenizer
 from pyllama.tokenizer.bpe import BpeMerger, byte_decode, parse_merges
@@ -160,8 +160,8 @@ def _open(path_or_reader: str | os.PathLike[str] | GGUFReader) -> tuple[GGUFRead
         raise TokenizerError(f"{name}: cannot read: {e.strerror or e}") from None
     if magic != b"GGUF":
         raise TokenizerError(f"{name}: not a GGUF file (starts with {magic!r}, expected b'GGUF')")
-    try:
-        return GGUFReader(name), name
+    try:  # the loader's bounds-checked reader: gguf-py's own loops for ever on a huge array length
+        return CheckedReader(name, "r"), name
     except Exception as e:  # gguf-py raises ValueError, IndexError, KeyError ... on damaged files
         raise TokenizerError(f"{name}: unreadable GGUF file ({type(e).__name__}: {e}): truncated or damaged?") from e
 
