@@ -190,7 +190,7 @@ class Model:
         """Generate like llama2.c's run.c: ``steps`` counts positions including the prompt's.
 
         Generation stops when an end token is sampled (``stop_ids``) unless ``ignore_eos``.
-        ``steps`` <= 0 means the model's context; more than the plugin holds is clamped with a
+        ``steps`` 0 means the model's context; more than the plugin holds is clamped with a
         notice. ``seed`` None or 0: from the clock, as run.c. ``on_text`` receives text as it is
         decoded (never a split UTF-8 character). Values out of range raise InputError; NaN or Inf
         in a forward pass raises NonFiniteError naming the position and layer.

@@ -8,7 +8,7 @@ counted like an exception other than PyllamaError: all three are failures.
 
 The default run tries ``FUZZ_EXAMPLES`` inputs per target (a few hundred in total, well under two
 minutes). The long run (marker ``fuzz_long``, skipped by default) tries ``PYLLAMA_FUZZ_EXAMPLES``
-per target, 1,500 unless set (10,500 inputs over the seven targets), and prints the counts::
+per target, 1,200 unless set (10,800 inputs over the nine targets), and prints the counts::
 
     pytest -m fuzz_long tests/test_fuzz.py -s
 """
@@ -35,7 +35,7 @@ WORKER = Path(__file__).with_name("fuzz_worker.py")
 TIMEOUT = 5.0  # seconds per input: every real input here loads in milliseconds
 STARTUP = 60.0  # seconds for a new worker to import pyllama (a loaded machine)
 FUZZ_EXAMPLES = int(os.environ.get("PYLLAMA_FUZZ_CI_EXAMPLES", "50"))
-LONG_EXAMPLES = int(os.environ.get("PYLLAMA_FUZZ_EXAMPLES", "1500"))
+LONG_EXAMPLES = int(os.environ.get("PYLLAMA_FUZZ_EXAMPLES", "1200"))
 
 INTERESTING = [0, 1, 2, 3, 7, 8, 31, 32, 64, 255, 256, 512, 4096, 65535, 65536, 2**24, 2**31 - 1, 2**31, 2**32 - 1]
 INTERESTING += [2**32, 2**48, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
@@ -231,14 +231,24 @@ def gguf_files(draw, tokenizer_keys: bool = False) -> bytes:
 
 @st.composite
 def tokenizer_bins(draw) -> bytes:
-    """A llama2.c tokenizer: int32 max length, then records of float32 score, int32 length, bytes."""
-    out = struct.pack("<i", draw(st.sampled_from(INTERESTING_SIGNED)))
-    for _ in range(draw(st.integers(0, 40))):
-        piece = draw(st.sampled_from([b"<unk>", b"\n<s>\n", b"<0x41>", b" a", b""]) | st.binary(max_size=12))
-        length = draw(st.sampled_from([len(piece)] * 6 + [-1, 2**31 - 1, len(piece) + 1, 0]))
-        score = draw(st.floats(width=32, allow_nan=True, allow_infinity=True))
+    """A llama2.c tokenizer: int32 max length, then records of float32 score, int32 length, bytes.
+    Half of them are well formed (every length right), so that encoding and decoding run too."""
+    consistent = draw(st.booleans())
+    byte_tokens = [f"<0x{i:02X}>".encode() for i in range(256)]  # run.c's byte fallback: encoding needs them
+    pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n", *byte_tokens, b" "] if consistent else []
+    pieces += [
+        draw(st.sampled_from([b"<0x41>", b"<0x0A>", b" a", b"a", b"", b" ", b"\xc3", b"\xa9"]) | st.binary(max_size=12))
+        for _ in range(draw(st.integers(0, 40)))
+    ]
+    longest = max((len(p) for p in pieces), default=0)
+    max_len = longest if consistent else draw(st.sampled_from(INTERESTING_SIGNED))
+    out = struct.pack("<i", max_len)
+    for piece in pieces:
+        wrong = [-1, 2**31 - 1, len(piece) + 1, 0]
+        length = len(piece) if consistent else draw(st.sampled_from([len(piece)] * 6 + wrong))
+        score = draw(st.floats(width=32, allow_nan=not consistent, allow_infinity=not consistent))
         out += struct.pack("<fi", score, length) + piece
-    return out + draw(st.binary(max_size=8))
+    return out + (b"" if consistent else draw(st.binary(max_size=8)))
 
 
 # ---- the runs ---------------------------------------------------------------------------------------------------
