@@ -14,6 +14,7 @@ import numpy as np
 from pyllama.attention.base cimport threads_for
 from pyllama.attention.gather cimport GatherAttention
 
+from pyllama.attention.memory import gather_bytes, require_memory
 from pyllama.attention.spec import Knob
 
 
@@ -28,6 +29,7 @@ cdef class Causal(GatherAttention):
     cdef float* values
     cdef long long positions
     cdef long long length   # positions held (of the last layer written)
+    cdef long long* seen    # [n_layers] positions fed to each layer: the next one must be this
 
     def __init__(self, positions: int = 0):
         if positions < 0:
@@ -36,25 +38,35 @@ cdef class Causal(GatherAttention):
         if positions > 0:
             self.max_positions = positions
 
+    def planned_bytes(self, config):
+        """What init allocates (Python integers: no overflow for any knob value)."""
+        P = int(self.max_positions)
+        return gather_bytes(config, P) + 2 * config.n_layers * P * config.kv_dim * 4 + config.n_layers * 8
+
     def init(self, config, pool):
+        require_memory("causal", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
         cdef long long P = self.max_positions
         self.positions = P
         self.init_gather(config, P)
         self.keys = <float*>self.own(np.zeros((config.n_layers, P, config.kv_dim), dtype=np.float32))
         self.values = <float*>self.own(np.zeros((config.n_layers, P, config.kv_dim), dtype=np.float32))
+        self.seen = <long long*>self.own(np.zeros(config.n_layers, dtype=np.int64))
         self.length = 0
 
     def reset(self):
         self.length = 0
+        cdef int li
+        if self.seen != NULL:
+            for li in range(self.n_layers):
+                self.seen[li] = 0
 
     def memory_bytes(self):
         # the positions held, keys and values, all layers
         return int(2 * self.n_layers * self.length * self.kv_dim * 4)
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        if pos >= self.positions or pos < 0:
-            with gil:
-                raise IndexError(f"causal: position {pos} is outside its cache of {self.positions}")
+        self.check_in_order(layer, pos, self.seen[layer])
+        self.seen[layer] = pos + 1
         cdef Py_ssize_t row = (layer * self.positions + pos) * self.kv_dim
         memcpy(self.keys + row, k, self.kv_dim * sizeof(float))
         memcpy(self.values + row, v, self.kv_dim * sizeof(float))

@@ -42,6 +42,7 @@ from pyllama.attention.base cimport threads_for
 from pyllama.attention.gather cimport GatherAttention, kept_span
 from pyllama.kernels.matvec cimport dot_f32
 
+from pyllama.attention.memory import gather_bytes, require_memory
 from pyllama.attention.spec import Knob
 
 
@@ -141,7 +142,19 @@ cdef class KMeans(GatherAttention):
         if positions > 0:
             self.max_positions = positions
 
+    def planned_bytes(self, config):
+        """What init allocates (Python integers: no overflow for any knob value)."""
+        P, C, E = int(self.max_positions), int(self.clusters), int(self.clusters) if self.estimate else 1
+        L, KVH, H, hd, kv = config.n_layers, config.n_kv_heads, config.n_heads, config.head_dim, config.kv_dim
+        cache = 2 * L * P * kv * 4 + 2 * L * KVH * P * 4  # keys, values; cluster of each position, next member
+        clusters = L * KVH * (C + E) * hd * 4 + L * KVH * C * (8 + 4 + 4 + 4)  # centroids, values, sizes, lists
+        scratch = (5 * L * 8 + H * P * 8 + H * 2 * 8 + 2 * KVH * P * 4 + 2 * KVH * C * hd * 8 + KVH * C * 8
+                   + H * C * (4 + 4 + 1) + H * (P + C) * 4)
+        return gather_bytes(config, P + C) + cache + clusters + scratch
+
     def init(self, config, pool):
+        require_memory("kmeans", f"positions={int(self.max_positions):,}, clusters={int(self.clusters):,}",
+                       self.planned_bytes(config))
         cdef long long P = self.max_positions, C = self.clusters
         L, KVH, H, hd, kv = config.n_layers, config.n_kv_heads, config.n_heads, config.head_dim, config.kv_dim
         self.positions = P

@@ -48,6 +48,7 @@ from pyllama.attention.gather cimport GatherAttention, kept_span, position_rows
 from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
 
 from pyllama.attention.base import UNBOUNDED
+from pyllama.attention.memory import gather_bytes, require_memory
 from pyllama.attention.spec import Knob
 
 DEF MAX_LEVELS = 62  # base * 2**62 tokens: more than any sequence
@@ -106,7 +107,18 @@ cdef class Lattice(GatherAttention):
         self.cap = levels if levels > 0 else MAX_LEVELS
         self.max_positions = UNBOUNDED
 
+    def planned_bytes(self, config):
+        """What init allocates (Python integers: no overflow for any knob value)."""
+        S, W, B, L, kv = int(self.sinks), int(self.window), int(self.base), config.n_layers, config.kv_dim
+        rows = S + MAX_LEVELS + B + W
+        hot = 2 * L * (max(S, 1) + W + B) * kv * 4  # sink, ring and staging rows, keys and values
+        buckets = 2 * L * MAX_LEVELS * kv * 4 + L * MAX_LEVELS * 8 + 2 * L * 8
+        scratch = 2 * kv * 8 + rows * 4 + (S + MAX_LEVELS) * kv * 4 + 2 * max(config.n_rot // 2, 1) * 4
+        return gather_bytes(config, rows) + hot + buckets + scratch
+
     def init(self, config, pool):
+        require_memory("lattice", f"sinks={int(self.sinks):,}, window={int(self.window):,}, base={int(self.base):,}",
+                       self.planned_bytes(config))
         cdef long long S = self.sinks, W = self.window, B = self.base
         L, kv = config.n_layers, config.kv_dim
         cdef Py_ssize_t half = max(config.n_rot // 2, 1)

@@ -30,6 +30,7 @@ from pyllama.attention.gather cimport GatherAttention, kept_span, position_rows
 from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
 
 from pyllama.attention.base import UNBOUNDED
+from pyllama.attention.memory import gather_bytes, require_memory
 from pyllama.attention.spec import Knob
 
 
@@ -53,6 +54,7 @@ cdef class Sink(GatherAttention):
     cdef readonly long long sinks, window
     cdef readonly bint shift
     cdef long long length     # positions seen (after the last call)
+    cdef long long* seen      # [n_layers] positions fed to each layer: the next one must be this
 
     def __init__(self, sinks: int = 4, window: int = 252, shift: bool = False):
         if sinks < 0:
@@ -64,7 +66,15 @@ cdef class Sink(GatherAttention):
         self.shift = shift
         self.max_positions = UNBOUNDED
 
+    def planned_bytes(self, config):
+        """What init allocates (Python integers: no overflow for any knob value)."""
+        S, W, L, kv = max(int(self.sinks), 1), int(self.window), config.n_layers, config.kv_dim
+        rope = 2 * max(config.n_rot // 2, 1) * 4
+        return (gather_bytes(config, int(self.sinks) + W) + 2 * L * S * kv * 4 + 2 * L * W * kv * 4 + S * kv * 4
+                + rope + L * 8)
+
     def init(self, config, pool):
+        require_memory("sink", f"sinks={int(self.sinks):,}, window={int(self.window):,}", self.planned_bytes(config))
         cdef long long S = self.sinks, W = self.window, C = self.sinks + self.window
         cdef Py_ssize_t half = max(config.n_rot // 2, 1)
         self.init_gather(config, C)
@@ -77,10 +87,15 @@ cdef class Sink(GatherAttention):
         self.shifted = <float*>self.own(np.zeros((max(S, 1), config.kv_dim), dtype=np.float32))
         self.rope_cos = <float*>self.own(np.zeros(2 * half, dtype=np.float32))
         self.rope_sin = self.rope_cos + half
+        self.seen = <long long*>self.own(np.zeros(config.n_layers, dtype=np.int64))
         self.length = 0
 
     def reset(self):
         self.length = 0
+        cdef int li
+        if self.seen != NULL:
+            for li in range(self.n_layers):
+                self.seen[li] = 0
 
     def memory_bytes(self):
         # keys and values of the sink rows and window rows in use, all layers
@@ -88,9 +103,8 @@ cdef class Sink(GatherAttention):
         return int(2 * self.n_layers * held * self.kv_dim * 4)
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        if pos < 0:
-            with gil:
-                raise IndexError(f"sink: negative position {pos}")
+        self.check_in_order(layer, pos, self.seen[layer])
+        self.seen[layer] = pos + 1
         cdef long long S = self.sinks, W = self.window, C = self.sinks + self.window
         cdef Py_ssize_t kv = self.kv_dim
         cdef float* key_row

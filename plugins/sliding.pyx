@@ -18,6 +18,7 @@ from pyllama.attention.base cimport threads_for
 from pyllama.attention.gather cimport GatherAttention
 
 from pyllama.attention.base import UNBOUNDED
+from pyllama.attention.memory import gather_bytes, require_memory
 from pyllama.attention.spec import Knob
 
 
@@ -32,6 +33,7 @@ cdef class Sliding(GatherAttention):
     cdef float* values
     cdef readonly long long window
     cdef long long length    # positions seen (after the last call)
+    cdef long long* seen     # [n_layers] positions fed to each layer: the next one must be this
 
     def __init__(self, window: int = 256):
         if window < 1:
@@ -39,24 +41,34 @@ cdef class Sliding(GatherAttention):
         self.window = window
         self.max_positions = UNBOUNDED
 
+    def planned_bytes(self, config):
+        """What init allocates (Python integers: no overflow for any knob value)."""
+        W = int(self.window)
+        return gather_bytes(config, W) + 2 * config.n_layers * W * config.kv_dim * 4 + config.n_layers * 8
+
     def init(self, config, pool):
+        require_memory("sliding", f"window={int(self.window):,}", self.planned_bytes(config))
         cdef long long W = self.window
         self.init_gather(config, W)
         self.keys = <float*>self.own(np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32))
         self.values = <float*>self.own(np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32))
+        self.seen = <long long*>self.own(np.zeros(config.n_layers, dtype=np.int64))
         self.length = 0
 
     def reset(self):
         self.length = 0
+        cdef int li
+        if self.seen != NULL:
+            for li in range(self.n_layers):
+                self.seen[li] = 0
 
     def memory_bytes(self):
         # keys and values of the rows in use, all layers
         return int(2 * self.n_layers * min(self.length, self.window) * self.kv_dim * 4)
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        if pos < 0:
-            with gil:
-                raise IndexError(f"sliding: negative position {pos}")
+        self.check_in_order(layer, pos, self.seen[layer])
+        self.seen[layer] = pos + 1
         cdef long long W = self.window
         cdef Py_ssize_t layer_base = layer * W * self.kv_dim
         cdef Py_ssize_t row = layer_base + (pos % W) * self.kv_dim

@@ -42,6 +42,7 @@ from pyllama.attention.base cimport threads_for
 from pyllama.attention.gather cimport GatherAttention, kept_span, position_rows
 from pyllama.kernels.matvec cimport dot_f32
 
+from pyllama.attention.memory import gather_bytes, require_memory
 from pyllama.attention.spec import Knob
 
 COLD_CONTEXTS = 16  # positions=0: room for this many times the model's context
@@ -232,9 +233,27 @@ cdef class Tiered(GatherAttention):
         if positions > 0:
             self.max_positions = positions
 
+    def planned_bytes(self, config):
+        """What init allocates (Python integers: no overflow for any knob value)."""
+        S, W, G, P, warm = int(self.sinks), int(self.window), int(self.group), int(self.max_positions), int(self.warm)
+        L, KVH, H, hd, kv = config.n_layers, config.n_kv_heads, config.n_heads, config.head_dim, config.kv_dim
+        if self.positions == 0:
+            P = COLD_CONTEXTS * config.seq_len
+        NG, NB = max(warm // G, 1), (P + int(self.block) - 1) // int(self.block) + 1
+        row_bytes = kv if self.bits == 8 else (kv + 1) // 2
+        n_vg = KVH * -(-hd // min(G, hd))
+        rows = S + NB + warm + G + W
+        cold = 2 * L * NB * kv * 4 + L * NB * 8 + 5 * L * 8
+        hot = 2 * L * (max(S, 1) + W + G) * kv * 4
+        warm_tier = 2 * L * NG * G * row_bytes + 2 * L * NG * kv * 4 + 2 * L * NG * G * n_vg * 4
+        scratch = 2 * kv * 4 + 2 * KVH * max(warm, 1) * hd * 4 + H * rows * 4 + H * NB * (4 + 1)
+        return gather_bytes(config, rows) + cold + hot + warm_tier + scratch
+
     def init(self, config, pool):
         if self.positions == 0:
             self.max_positions = COLD_CONTEXTS * config.seq_len
+        require_memory("tiered", f"positions={int(self.max_positions):,}, sinks={int(self.sinks):,}, "
+                       f"window={int(self.window):,}, warm={int(self.warm):,}", self.planned_bytes(config))
         cdef long long S = self.sinks, W = self.window, G = self.group, P = self.max_positions
         L, kv, hd = config.n_layers, config.kv_dim, config.head_dim
         self.n_groups = self.warm // G

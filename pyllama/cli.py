@@ -7,14 +7,17 @@ traceback instead. The core never imports click: only this module does.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 
 import click
 
-from pyllama.errors import PyllamaError
+from pyllama import options
+from pyllama.errors import PyllamaError, TokenizerError
 
 EXIT_USER_ERROR = 1
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a command killed by a closed pipe exits with (`| head`)
 
 
 class PyllamaGroup(click.Group):
@@ -23,6 +26,14 @@ class PyllamaGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # the reader went away (`| head -c 100`): stop quietly, as other command-line tools do.
+            # stdout goes to /dev/null so that the interpreter's last flush does not fail again.
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):  # no real file descriptor (a test runner's stdout)
+                pass
+            ctx.exit(EXIT_BROKEN_PIPE)
         except (PyllamaError, OSError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()
@@ -54,6 +65,22 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 # ---- shared options (defined once) ------------------------------------------------------------
+def _in_range(check):
+    """A click callback running one of pyllama.options' checks (the Python API runs the same)."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        try:
+            return check(value, name="")
+        except PyllamaError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+    return callback
+
+
+def _threads_in_range(value: int | None, name: str) -> int | None:
+    return options.check_threads(value, name=name, allow_default=False)
+
+
 checkpoint_option = click.option(
     "-c",
     "--checkpoint",
@@ -71,9 +98,11 @@ tokenizer_option = click.option(
 )
 threads_option = click.option(
     "--threads",
-    type=click.IntRange(min=1),
+    type=int,
     default=None,
-    help="Threads for the kernels and plugins (default: all cores). Results are identical for any count.",
+    callback=_in_range(_threads_in_range),
+    help="Threads for the kernels and plugins (default: all cores; at most 4 per core). Results are identical "
+    "for any count.",
 )
 attention_option = click.option(
     "--attention",
@@ -82,6 +111,14 @@ attention_option = click.option(
     show_default=True,
     help="Attention plugin spec, e.g. causal, sliding:256, sink:4,252 (see `pyllama plugins`).",
 )
+
+
+def _require_tokenizer(model, checkpoint: str) -> None:
+    """generate and diff need text: say why there is no tokenizer (none beside it, or one that does not fit)."""
+    if model.tokenizer is None:
+        if model.tokenizer_problem:
+            raise TokenizerError(f"{model.tokenizer_problem}; pass the model's tokenizer with -z")
+        raise click.UsageError(f"{checkpoint}: no tokenizer found beside it; pass one with -z")
 
 
 @main.command()
@@ -94,6 +131,7 @@ attention_option = click.option(
     type=int,
     default=256,
     show_default=True,
+    callback=_in_range(options.check_steps),
     help="Positions to run, prompt included; 0 = the model's context. Clamped to what the plugin holds.",
 )
 @click.option(
@@ -102,7 +140,8 @@ attention_option = click.option(
     type=float,
     default=1.0,
     show_default=True,
-    help="0 = greedy argmax; otherwise softmax(logits / T) sampling.",
+    callback=_in_range(options.check_temperature),
+    help="0 = greedy argmax; otherwise softmax(logits / T) sampling (finite, >= 0).",
 )
 @click.option(
     "-p",
@@ -110,9 +149,17 @@ attention_option = click.option(
     type=float,
     default=0.9,
     show_default=True,
-    help="Top-p (nucleus) sampling threshold; <= 0 or >= 1 samples from the full distribution.",
+    callback=_in_range(options.check_topp),
+    help="Top-p (nucleus) sampling threshold in [0, 1]; 0 or 1 samples from the full distribution.",
 )
-@click.option("-s", "--seed", type=int, default=0, help="RNG seed; 0 = from the clock (like run.c).")
+@click.option(
+    "-s",
+    "--seed",
+    type=int,
+    default=0,
+    callback=_in_range(options.check_seed),
+    help="RNG seed in [0, 2^64 - 1]; 0 = from the clock (like run.c).",
+)
 @attention_option
 @threads_option
 @click.option(
@@ -138,11 +185,8 @@ def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, atte
     """
     from pyllama.model import Model
 
-    if topp < 0 or topp > 1:  # run.c resets an out-of-range top-p to 0.9
-        topp = 0.9
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
-    if model.tokenizer is None:
-        raise click.UsageError(f"{checkpoint}: no tokenizer found beside it; pass one with -z")
+    _require_tokenizer(model, checkpoint)
 
     def stream(text: str) -> None:
         sys.stdout.write(text)
@@ -151,7 +195,7 @@ def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, atte
     result = model.generate(
         prompt,
         steps=steps,
-        temperature=max(temperature, 0.0),
+        temperature=temperature,
         topp=topp,
         seed=seed or None,
         attention=attention,
@@ -268,7 +312,8 @@ def trace(model, tokenizer, prompt, log, threads, as_json):
     default=None,
     help="The llama2.c tokenizer of the checkpoint (default: tokenizer.bin beside it).",
 )
-def convert(src, dst, out_type, tokenizer):
+@click.option("--force", is_flag=True, help="Replace DST if it exists (never the input itself).")
+def convert(src, dst, out_type, tokenizer, force):
     """Write a llama2.c checkpoint SRC (with its tokenizer) as a GGUF file DST that llama.cpp loads.
 
     \b
@@ -277,12 +322,40 @@ def convert(src, dst, out_type, tokenizer):
     """
     from pyllama.convert import convert_llama2c
 
-    summary = convert_llama2c(src, dst, out_type, tokenizer)
+    summary = convert_llama2c(src, dst, out_type, tokenizer, force=force)
     types = ", ".join(f"{n} {k}" for k, n in summary["tensor_types"].items())
     click.echo(f"wrote {dst}: {summary['bytes']:,} bytes ({types} tensors)")
 
 
 EXIT_NOT_EXACT = 3  # diff --expect-exact: the two plugins are not bit-identical
+
+
+def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An output of diff must be writable before the diff runs, not found unwritable after it."""
+    if value is None:
+        return None
+    folder = os.path.dirname(os.path.abspath(value))
+    if not os.path.isdir(folder):
+        raise click.BadParameter(f"{value}: the folder {folder} does not exist", ctx=ctx, param=param)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise click.BadParameter(f"{value}: the folder {folder} is not writable", ctx=ctx, param=param)
+    return value
+
+
+def _output_figure(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A figure path needs a writable folder and an extension matplotlib knows how to write."""
+    if _output_file(ctx, param, value) is None:
+        return None
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    known = FigureCanvasBase.get_supported_filetypes()
+    ext = os.path.splitext(value)[1].lstrip(".").lower()
+    if ext not in known:
+        got = f"the extension .{ext}" if ext else "no extension"
+        raise click.BadParameter(
+            f"{value}: {got} is not a figure format; use one of {', '.join(sorted(known))}", ctx=ctx, param=param
+        )
+    return value
 
 
 @main.command()
@@ -311,6 +384,7 @@ EXIT_NOT_EXACT = 3  # diff --expect-exact: the two plugins are not bit-identical
     "json_path",
     type=click.Path(dir_okay=False, writable=True),
     default=None,
+    callback=_output_file,
     help="Write the summary and every per-position row as JSON.",
 )
 @click.option(
@@ -318,6 +392,7 @@ EXIT_NOT_EXACT = 3  # diff --expect-exact: the two plugins are not bit-identical
     "csv_path",
     type=click.Path(dir_okay=False, writable=True),
     default=None,
+    callback=_output_file,
     help="Write every per-position row as CSV.",
 )
 @click.option(
@@ -325,7 +400,9 @@ EXIT_NOT_EXACT = 3  # diff --expect-exact: the two plugins are not bit-identical
     "plot_path",
     type=click.Path(dir_okay=False, writable=True),
     default=None,
-    help="Write the overview figure (|Δlogit|, KL, per-layer error, memory, recall), e.g. diff.png.",
+    callback=_output_figure,
+    help="Write the overview figure (|Δlogit|, KL, per-layer error, memory, recall), e.g. diff.png "
+    "(any format matplotlib writes: png, pdf, svg ...).",
 )
 @click.option(
     "--expect-exact",
@@ -371,8 +448,7 @@ def diff(
     if len(given) > 1:
         raise click.UsageError("give one of --probe, --text and -i/--prompt")
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
-    if model.tokenizer is None:
-        raise click.UsageError(f"{checkpoint}: no tokenizer found beside it; pass one with -z")
+    _require_tokenizer(model, checkpoint)
     source: Probe | str
     if prompt is not None:
         source = probe_from_text(prompt, model.tokenizer, name="prompt")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -87,17 +88,22 @@ def convert_llama2c(
     out_type: str = "f32",
     tokenizer: str | os.PathLike | None = None,
     name: str | None = None,
+    force: bool = False,
 ) -> dict:
     """Write ``src`` (a llama2.c checkpoint, any version) with its tokenizer as a GGUF file ``dst``.
 
-    ``tokenizer`` defaults to ``tokenizer.bin`` beside the checkpoint. Returns a summary: the
-    tensor types written and the byte size.
+    ``tokenizer`` defaults to ``tokenizer.bin`` beside the checkpoint. An existing ``dst`` is
+    replaced only with ``force``, and never when it is ``src`` itself (or a link to it). The file is
+    written under a temporary name in ``dst``'s folder and renamed into place when complete, so a
+    failure leaves whatever was there before. Returns a summary: the tensor types written and the
+    byte size.
     """
     from pyllama.tokenizer.llama2c import Llama2cTokenizer
 
     src, dst = Path(src), Path(dst)
     if out_type not in OUT_TYPES:
         raise InputError(f"--type {out_type!r}: choose one of {', '.join(OUT_TYPES)}")
+    _check_destination(src, dst, force)
     with open(src, "rb") as f:
         if f.read(4) == b"GGUF":
             raise CheckpointError(f"{src.name}: is already a GGUF file; convert reads llama2.c checkpoints")
@@ -108,12 +114,39 @@ def convert_llama2c(
             raise InputError(f"{src.name}: no tokenizer.bin beside it: pass the model's tokenizer with -z")
     tok = Llama2cTokenizer.load(tokenizer, vocab_size=cfg.vocab_size)
     qtype, file_type = OUT_TYPES[out_type]
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the GGUF gets the usual mode of a new file
+    try:
+        written = _write_gguf(tmp, cfg, weights, tok, qtype, file_type, name or src.stem)
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return {"file": str(dst), "type": out_type, "bytes": dst.stat().st_size, "tensor_types": written}
 
+
+def _check_destination(src: Path, dst: Path, force: bool) -> None:
+    """Refuse to overwrite the input (also through a symlink or hard link) or, without ``force``, any file."""
+    if not dst.exists() and not dst.is_symlink():
+        if not dst.parent.is_dir():
+            raise InputError(f"{dst}: the folder {dst.parent} does not exist")
+        return
+    if src.exists() and dst.exists() and os.path.samefile(src, dst):
+        raise InputError(f"{dst}: is the input {src} (the same file): write the GGUF to another name")
+    if not force:
+        raise InputError(f"{dst}: exists already; pass --force (force=True) to replace it")
+
+
+def _write_gguf(tmp: Path, cfg, weights, tok, qtype, file_type, model_name: str) -> dict[str, int]:
+    """Write the GGUF file ``tmp``; the count of tensors written per stored type."""
     tokens, token_types = vocabulary(tok.pieces)
-    tmp = dst.with_name(dst.name + ".partial")
     writer = GGUFWriter(tmp, "llama")
     arch = "llama"
-    writer.add_name(name or src.stem)
+    writer.add_name(model_name)
     writer.add_file_type(int(file_type))
     if qtype != GGMLQuantizationType.F32:
         writer.add_quantization_version(GGML_QUANT_VERSION)  # as llama-quantize writes it
@@ -167,5 +200,4 @@ def convert_llama2c(
         writer.write_tensors_to_file()
     finally:
         writer.close()
-    os.replace(tmp, dst)
-    return {"file": str(dst), "type": out_type, "bytes": dst.stat().st_size, "tensor_types": written}
+    return written

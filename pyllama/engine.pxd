@@ -17,6 +17,15 @@ cdef struct LayerPtrs:
     Matrix w2
     Matrix w3
 
+# where forward_c first saw NaN or Inf (nonfinite_stage; NonFiniteError.at describes each)
+cdef enum:
+    NONFINITE_EMBEDDING = 0
+    NONFINITE_QKV = 1
+    NONFINITE_ATTENTION = 2
+    NONFINITE_WO = 3
+    NONFINITE_FFN = 4
+    NONFINITE_LOGITS = 5
+
 cdef class Engine:
     cdef readonly object config
     cdef readonly object weights
@@ -52,6 +61,9 @@ cdef class Engine:
     cdef float* capture_hidden          # NULL, or [dim]: the final normed hidden state (set_capture)
     cdef bint skip_logits               # set_capture(logits=False): the caller applies the classifier itself
     cdef object _capture_bufs
+    cdef readonly int nonfinite_layer   # -1, or the first layer whose output held NaN/Inf (last forward)
+    cdef readonly int nonfinite_stage   # NONFINITE_*: what of that layer went bad first
 
     cdef int forward_c(self, int token, long long pos) except -1 nogil
+    cdef void _locate_nonfinite(self, int li) noexcept nogil
     cdef int _trace(self, str name, int layer, const float* data, Py_ssize_t n) except -1

@@ -18,6 +18,8 @@ class Engine:
     n_threads: int
     logits_view: np.ndarray
     tracer: Callable[[str, np.ndarray], None] | None
+    nonfinite_layer: int  # -1, or the first layer whose output held NaN/Inf in the last forward
+    nonfinite_stage: int
     def __init__(self, config: ModelConfig, weights: Weights, attention: Attention, n_threads: int = 1) -> None: ...
     @property
     def max_positions(self) -> int: ...

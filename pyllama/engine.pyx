@@ -14,8 +14,11 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 import numpy as np
 
+from pyllama.errors import NonFiniteError
+
 from pyllama.attention.base cimport Attention
 from pyllama.kernels.elementwise cimport rmsnorm, swiglu, add_inplace
+from pyllama.kernels.finite cimport all_finite
 from pyllama.kernels.matvec cimport matrix_of, matvec, embedding_row
 from pyllama.kernels.rope cimport rope_spec_of, rope_row, rope_apply
 from pyllama.sampler cimport Sampler
@@ -52,6 +55,7 @@ cdef class Engine:
         self.capture = NULL
         self.capture_hidden = NULL
         self.skip_logits = False
+        self.nonfinite_layer = -1
 
     def __init__(self, config, weights, Attention attention, int n_threads=1):
         cdef int li, half
@@ -204,6 +208,10 @@ cdef class Engine:
             sin_row = self.rope_scratch + half
 
         embedding_row(x, &self.tok_emb, token)
+        self.nonfinite_layer = -1
+        if not all_finite(x, self.dim):
+            self.nonfinite_layer = 0
+            self.nonfinite_stage = NONFINITE_EMBEDDING
         if self.tracing:
             with gil:
                 self._trace("inp_embd", -1, x, self.dim)
@@ -250,6 +258,8 @@ cdef class Engine:
             swiglu(self.hb, self.hb2, self.hidden_dim)
             matvec(self.xb, &lw.w2, self.hb, &self.qscratch, self.n_threads)
             add_inplace(x, self.xb, self.dim)
+            if self.nonfinite_layer < 0 and not all_finite(x, self.dim):
+                self._locate_nonfinite(li)
             if self.tracing:
                 with gil:
                     self._trace("ffn_gate_par", li, self.hb, self.hidden_dim)
@@ -265,6 +275,19 @@ cdef class Engine:
                 self._trace("result_norm", -1, x, self.dim)
                 self._trace("result_output", -1, self.logits, self.vocab_size)
         return 0
+
+    cdef void _locate_nonfinite(self, int li) noexcept nogil:
+        # layer li's buffers still hold its q, k, v and attention output: which one went bad first
+        self.nonfinite_layer = li
+        if not (all_finite(self.q, self.q_dim) and all_finite(self.k, self.kv_dim)
+                and all_finite(self.v, self.kv_dim)):
+            self.nonfinite_stage = NONFINITE_QKV
+        elif not all_finite(self.att_out, self.q_dim):
+            self.nonfinite_stage = NONFINITE_ATTENTION
+        elif not all_finite(self.xb2, self.dim):
+            self.nonfinite_stage = NONFINITE_WO
+        else:
+            self.nonfinite_stage = NONFINITE_FFN
 
     def _check(self, int token, long long pos):
         if not 0 <= token < self.vocab_size:
@@ -294,12 +317,14 @@ cdef class Engine:
         ``(n_generated, stop_token or -1, seconds_after_first_forward, positions_run)``.
 
         ``steps`` counts positions including the prompt's; the first prompt token is at position
-        0. Stops early when the next sampled id is one of ``stop_ids`` (it is not written; ``None``
-        or empty: never stops early). ``stop_in_prompt``: a stop id that comes next in the prompt
-        stops too (run.c's rule for BOS; llama.cpp never stops inside the prompt).
+        0 (the plugin is reset first). Stops early when the next sampled id is one of ``stop_ids``
+        (it is not written; ``None`` or empty: never stops early). ``stop_in_prompt``: a stop id
+        that comes next in the prompt stops too (run.c's rule for BOS; llama.cpp never stops inside
+        the prompt).
         ``on_token(id)`` is called with every next id, forced prompt ids included (what run.c
         prints), when given. With ``on_token=None`` and a native plugin, the loop allocates nothing
-        and never takes the GIL.
+        and never takes the GIL. NaN or Inf in a position's residual stream or logits raises
+        NonFiniteError naming the position and layer (never sampled).
         """
         cdef Py_ssize_t n_prompt = prompt.shape[0]
         if n_prompt < 1:
@@ -311,6 +336,7 @@ cdef class Engine:
         cdef Py_ssize_t i
         for i in range(n_prompt):
             self._check(prompt[i], 0)
+        self.attention.reset()  # a new sequence from position 0 (plugins take positions in order)
         cdef long long pos = 0
         cdef int token = prompt[0]
         cdef int next_token
@@ -325,6 +351,9 @@ cdef class Engine:
                     self.forward_c(token, pos)
             else:
                 self.forward_c(token, pos)
+            if self.nonfinite_layer >= 0 or not all_finite(self.logits, self.vocab_size):
+                raise NonFiniteError.at(pos, self.nonfinite_layer, self.nonfinite_stage, self.n_layers,
+                                        type(self.attention).name)
             if pos < n_prompt - 1:
                 next_token = prompt[pos + 1]
             else:

@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pyllama.attention.base import Attention
+from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_failure, plugin_label
 from pyllama.attention.registry import create_plugin
 from pyllama.checkpoint import load_checkpoint
 from pyllama.checkpoint.weights import Weights
 from pyllama.config import ModelConfig
 from pyllama.engine import Engine
-from pyllama.errors import InputError, TokenizerError
+from pyllama.errors import InputError, PyllamaError, TokenizerError
 from pyllama.hub import companion_tokenizer, resolve
+from pyllama.options import check_seed, check_steps, check_temperature, check_threads, check_topp, usable_cpus
 from pyllama.sampler import Sampler
 from pyllama.tokenizer.base import Tokenizer
 from pyllama.tokenizer.llama2c import Llama2cTokenizer
@@ -66,7 +68,7 @@ class Generation:
 
 
 def default_threads() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return usable_cpus()
 
 
 class Model:
@@ -84,8 +86,9 @@ class Model:
         self.weights = weights
         self.tokenizer = tokenizer
         self.path = path
-        self.threads = threads or default_threads()
+        self.threads = check_threads(threads) or default_threads()
         self._engine: Engine | None = None
+        self.tokenizer_problem: str | None = None  # why a tokenizer beside the checkpoint was not used
 
     @classmethod
     def load(cls, path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, threads: int = 0) -> Model:
@@ -97,9 +100,12 @@ class Model:
         path = resolve(path)
         if tokenizer is None:
             tokenizer = companion_tokenizer(path)
+        check_threads(threads)
         config, weights = load_checkpoint(path)
-        tok = _load_tokenizer_for(Path(path), tokenizer, config.vocab_size, weights)
-        return cls(config, weights, tok, str(path), threads)
+        tok, problem = _load_tokenizer_for(Path(path), tokenizer, config.vocab_size, weights)
+        model = cls(config, weights, tok, str(path), threads)
+        model.tokenizer_problem = problem
+        return model
 
     def chat(
         self, message: str, system: str | None = None, template: str | None = None, **options: object
@@ -114,7 +120,10 @@ class Model:
     # ---- engines -----------------------------------------------------------------------------
     def engine(self, attention: str | Attention | None = None, threads: int | None = None) -> Engine:
         """A new engine over these weights bound to ``attention`` (spec string, instance, or None: causal)."""
-        return Engine(self.config, self.weights, create_plugin(attention), threads or self.threads)
+        check_threads(threads)
+        plugin = create_plugin(attention)
+        with plugin_calls(plugin_label(attention), "init"):
+            return Engine(self.config, self.weights, plugin, threads or self.threads)
 
     def forward(self, token: int, pos: int) -> np.ndarray:
         """Logits (a float32 copy) for ``token`` at ``pos`` through exact causal attention.
@@ -148,6 +157,7 @@ class Model:
         from pyllama.diff import run_diff
         from pyllama.diff.probes import probe_from_text
 
+        check_threads(threads)
         if text is not None:
             if probe is not None:
                 raise InputError("diff: give either probe= or text=, not both")
@@ -190,17 +200,24 @@ class Model:
         """Generate like llama2.c's run.c: ``steps`` counts positions including the prompt's.
 
         Generation stops when an end token is sampled (``stop_ids``) unless ``ignore_eos``.
-        ``steps`` <= 0 means the model's context; more than the plugin holds is clamped with a
-        notice. ``seed`` None: from the clock, as run.c. ``on_text`` receives text as it is
-        decoded (never a split UTF-8 character).
+        ``steps`` 0 means the model's context; more than the plugin holds is clamped with a
+        notice. ``seed`` None or 0: from the clock, as run.c. ``on_text`` receives text as it is
+        decoded (never a split UTF-8 character). Values out of range raise InputError; NaN or Inf
+        in a forward pass raises NonFiniteError naming the position and layer.
         """
+        temperature, topp = check_temperature(temperature), check_topp(topp)
+        steps, seed = check_steps(steps), check_seed(seed)
         engine = self.engine(attention, threads)
+        label = plugin_label(attention)
         notices: list[str] = []
         prompt_ids = list(prompt) if not isinstance(prompt, str) else self.tokenize(prompt)
         if not prompt_ids:
             raise InputError("the prompt needs at least one token (BOS)")
+        bad = [t for t in prompt_ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise InputError(f"prompt token id {bad[0]} is outside the model's vocabulary of {self.config.vocab_size}")
         max_pos = engine.max_positions
-        if steps <= 0:
+        if steps == 0:
             steps = min(self.config.seq_len, max_pos)
         if steps > max_pos:
             notices.append(
@@ -213,28 +230,40 @@ class Model:
                 f"the prompt is {len(prompt_ids)} tokens but the attention plugin holds {max_pos} positions: "
                 "shorten the prompt or use a plugin with more positions (e.g. causal:positions=N)"
             )
-        if seed is None or seed <= 0:
+        if not seed:
             seed = int(time.time()) & 0xFFFFFFFF  # run.c: (unsigned int)time(NULL)
-        sampler = Sampler(self.config.vocab_size, max(temperature, 0.0), topp, seed)
+        sampler = Sampler(self.config.vocab_size, temperature, topp, seed)
         out = np.zeros(max(steps - len(prompt_ids) + 1, 1), dtype=np.int32)
         pieces: list[str] = []
         on_token = None
         decoder = None
+        caller_failure: list[BaseException] = []  # raised by decoding or on_text: not the plugin's doing
         if self.tokenizer is not None:
             decoder = self.tokenizer.decoder(prompt_ids[0])
 
             def on_token(token: int) -> None:
-                s = decoder.feed(token)
-                if s:
-                    pieces.append(s)
-                    if on_text is not None:
-                        on_text(s)
+                try:
+                    s = decoder.feed(token)
+                    if s:
+                        pieces.append(s)
+                        if on_text is not None:
+                            on_text(s)
+                except BaseException as exc:
+                    caller_failure.append(exc)
+                    raise
 
         prompt_arr = np.asarray(prompt_ids, dtype=np.int32)
         stop_ids = None if ignore_eos else np.array(sorted(self.stop_ids), dtype=np.int32)
-        n, stop_token, elapsed, pos = engine.generate_into(
-            prompt_arr, steps, sampler, out, on_token, stop_ids=stop_ids, stop_in_prompt=self.stops_like_runc
-        )
+        try:
+            n, stop_token, elapsed, pos = engine.generate_into(
+                prompt_arr, steps, sampler, out, on_token, stop_ids=stop_ids, stop_in_prompt=self.stops_like_runc
+            )
+        except PyllamaError:
+            raise
+        except Exception as exc:
+            if caller_failure and exc is caller_failure[0]:
+                raise
+            raise plugin_failure(label, "attend", exc) from exc
         if decoder is not None:
             tail = decoder.flush()
             if tail:
@@ -247,7 +276,7 @@ class Model:
             ids=out[:n].tolist(),
             text="".join(pieces),
             tok_per_s=tok_per_s,
-            memory_bytes=int(engine.attention.memory_bytes()),
+            memory_bytes=checked_memory_bytes(engine.attention, label),
             stop_token=int(stop_token) if stop_token >= 0 else None,
             steps=int(pos),
             notices=notices,
@@ -256,20 +285,21 @@ class Model:
 
 def _load_tokenizer_for(
     model_path: Path, tokenizer: str | os.PathLike | None, vocab_size: int, weights: Weights
-) -> Tokenizer | None:
+) -> tuple[Tokenizer | None, str | None]:
+    """The tokenizer to use, and when there is none, why the one beside the checkpoint was not used."""
     parsed = weights.source if hasattr(weights.source, "metadata") else None  # a GGUF the loader parsed
     if tokenizer is None and parsed is None and not model_path.with_name("tokenizer.bin").exists():
-        return None
+        return None, None
     from pyllama.tokenizer import load_gguf_tokenizer, load_tokenizer
 
     if tokenizer is not None:
-        return load_tokenizer(tokenizer, vocab_size=vocab_size)
+        return load_tokenizer(tokenizer, vocab_size=vocab_size), None
     if parsed is not None:  # the vocabulary records of the same parse: no second read of the file
-        return load_gguf_tokenizer(parsed, vocab_size=vocab_size)
+        return load_gguf_tokenizer(parsed, vocab_size=vocab_size), None
     beside = model_path.with_name("tokenizer.bin")
     if beside.exists():
         try:
-            return load_tokenizer(beside, vocab_size=vocab_size)
-        except TokenizerError:
-            return None
-    return None
+            return load_tokenizer(beside, vocab_size=vocab_size), None
+        except TokenizerError as exc:
+            return None, f"{model_path}: found {beside.name} beside it, but it does not fit: {exc}"
+    return None, None

@@ -5,7 +5,8 @@ shared exact routine ``attend_head``.
 ``GatherAttention`` holds what that needs: the model's shapes, the per-head pointer tables and
 scores scratch sized for the most rows one step attends, and ``own()``, which keeps a numpy array
 alive for as long as the plugin and hands back its memory as a raw pointer. A subclass calls
-``init_gather(config, rows)`` first in ``init`` and then allocates its own buffers with ``own``.
+``init_gather(config, rows)`` first in ``init`` and then allocates its own buffers with ``own``;
+a built-in checks ``planned_bytes(config)`` against the machine's memory before either.
 """
 
 import numpy as np
@@ -45,6 +46,12 @@ cdef class GatherAttention(Attention):
                 raise IndexError(f"{name}: layer {layer} expected position {expected}, got {pos} "
                                  "(positions are fed in order from 0; reset() starts a new sequence)")
         return 0
+
+    def owned_bytes(self):
+        """Bytes of every buffer allocated in ``init`` (the row tables and the plugin's own): what
+        ``planned_bytes(config)`` predicts before allocating, so that knob values too large for the
+        machine are refused first (pyllama.attention.memory)."""
+        return sum(int(a.nbytes) for a in self._owned)
 
     cdef void* own(self, array) except NULL:
         """Keep ``array`` (C-contiguous) for the plugin's lifetime; its data pointer."""

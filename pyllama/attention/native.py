@@ -1,11 +1,12 @@
 """Cython plugins in a local file (``path/to/file.pyx:ClassName``), compiled on first use.
 
 A researcher writes one ``cdef class`` (usually a ``GatherAttention`` subclass, see
-``experiments/recent_native.pyx``) and names it in a spec like a Python file plugin. The file is
-compiled the way the package itself is built (``-O3``, ``-march=native`` unless
-``PYLLAMA_PORTABLE=1``, OpenMP unless ``PYLLAMA_NO_OPENMP=1`` or the compiler lacks it), against
-the ``.pxd`` files installed with pyllama, into a cache folder keyed by the file's contents, those
-``.pxd`` files and the Python/pyllama versions: the first use takes seconds, later ones import the built module.
+``experiments/random_evict_native.pyx``) and names it in a spec like a Python file plugin. The file
+is compiled with the package's own build configuration (:mod:`pyllama.build_config`: the same
+compiler flags, Cython directives and ``PYLLAMA_*`` switches as ``setup.py``), against the ``.pxd``
+files installed with pyllama, into a cache folder keyed by the file's contents, those ``.pxd``
+files, the build configuration and the Python/pyllama versions: the first use takes seconds, later
+ones import the built module.
 
 The build runs in a child process so that compiler output never reaches the terminal; on failure
 the whole log is kept next to the build and the error names its first error line and its path.
@@ -13,10 +14,11 @@ the whole log is kept next to the build and the error names its first error line
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
-import os
+import json
 import shutil
 import subprocess
 import sys
@@ -25,46 +27,43 @@ import tempfile
 import types
 from pathlib import Path
 
+from pyllama.build_config import BuildConfig, build_config
 from pyllama.errors import PluginError
 
-# Run in the child: cythonize one module and build it in place (argv: pyx, include dir, flags...).
+# Run in the child: cythonize one module and build it in place (argv: pyx, include dir, the build
+# configuration as JSON: compile args, link args, Cython directives).
 _BUILD = """
+import json
 import sys
 import numpy as np
 from Cython.Build import cythonize
 from setuptools import Distribution, Extension
 
-pyx, include, openmp, *flags = sys.argv[1:]
-link = ["-fopenmp"] if openmp == "1" else []
-ext = Extension(pyx[:-4], [pyx], include_dirs=[np.get_include()], extra_compile_args=flags, extra_link_args=link)
-modules = cythonize([ext], include_path=[include, "."], quiet=True, language_level=3,
-                    compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True})
+pyx, include, cfg = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+ext = Extension(pyx[:-4], [pyx], include_dirs=[np.get_include()], extra_compile_args=cfg["compile_args"],
+                extra_link_args=cfg["link_args"])
+modules = cythonize([ext], include_path=[include, "."], quiet=True, compiler_directives=cfg["directives"])
 dist = Distribution({"ext_modules": modules, "script_args": ["build_ext", "--inplace", "-q"]})
 dist.parse_command_line()
 dist.run_commands()
 """
 
 
-def _compile_flags() -> tuple[bool, list[str]]:
-    """(OpenMP on, compile flags): the package build's choices, from the same switches."""
-    flags = ["-O3", "-fno-math-errno"]
-    if os.environ.get("PYLLAMA_PORTABLE") != "1":
-        flags.append("-march=native")
-    openmp = os.environ.get("PYLLAMA_NO_OPENMP") != "1" and _cc_has_openmp()
-    if openmp:
-        flags.append("-fopenmp")
-    return openmp, flags
+def compiler_command() -> list[str]:
+    """The C compiler setuptools uses for extensions (Python's own CC)."""
+    return (sysconfig.get_config_var("CC") or "cc").split()
 
 
-def _cc_has_openmp() -> bool:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(cc) is None:
-        return False
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "probe.c"
-        src.write_text("#include <omp.h>\nint main(void){return omp_get_max_threads() < 1;}\n")
-        proc = subprocess.run([cc, "-fopenmp", str(src), "-o", str(Path(tmp) / "probe")], capture_output=True)
-        return proc.returncode == 0
+@functools.lru_cache(maxsize=4)
+def _config_for(switches: tuple[tuple[str, bool], ...]) -> BuildConfig:
+    return build_config(compiler_command(), {name: "1" if on else "" for name, on in switches})
+
+
+def plugin_build_config() -> BuildConfig:
+    """The package's build configuration under the current PYLLAMA_* switches (probed once per setting)."""
+    from pyllama.build_config import switches
+
+    return _config_for(tuple(sorted(switches().items())))
 
 
 def _first_error(log: str) -> str:
@@ -94,7 +93,8 @@ def build_pyx(path: Path, label: str, cache: Path | None = None) -> Path:
     from pyllama.hub import cache_dir
 
     source = path.read_bytes()
-    tag = f"{sys.implementation.cache_tag}-{__version__}-{os.environ.get('PYLLAMA_PORTABLE', '')}"
+    cfg = plugin_build_config()
+    tag = f"{sys.implementation.cache_tag}-{__version__}-{cfg.cache_tag}"
     digest = hashlib.sha1(source + _declarations() + tag.encode()).hexdigest()[:12]
     stem = "".join(c if c.isalnum() or c == "_" else "_" for c in path.stem)
     module = f"pyllama_user_{stem}_{digest}"
@@ -109,10 +109,10 @@ def build_pyx(path: Path, label: str, cache: Path | None = None) -> Path:
     (work / f"{module}.pyx").write_bytes(source)
     for pxd in path.parent.glob("*.pxd"):  # the file's own declarations, cimported by name
         shutil.copy(pxd, work / pxd.name)
-    openmp, flags = _compile_flags()
     include = str(Path(__file__).resolve().parents[2])  # the folder holding the pyllama package
+    settings = json.dumps({"compile_args": cfg.compile_args, "link_args": cfg.link_args, "directives": cfg.directives})
     proc = subprocess.run(
-        [sys.executable, "-c", _BUILD, f"{module}.pyx", include, "1" if openmp else "0", *flags],
+        [sys.executable, "-c", _BUILD, f"{module}.pyx", include, settings],
         cwd=work,
         capture_output=True,
         text=True,

@@ -2,7 +2,8 @@
 
 Three sources, looked up in this order:
 
-* **built-ins** — ``causal``, ``sliding``, ``sink`` (``plugins/``, packaged as ``pyllama.plugins``);
+* **built-ins** — the names in :data:`BUILTINS` (``causal``, ``sliding``, ``sink``, ``kmeans``,
+  ``tiered``, ``lattice``; ``plugins/``, packaged as ``pyllama.plugins``);
 * **installed packages** — the ``pyllama.attention`` entry-point group, e.g. in a ``pyproject.toml``::
 
       [project.entry-points."pyllama.attention"]
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from pyllama.attention.base import Attention
-from pyllama.attention.spec import Knob, format_spec, knob_summary, parse_args, split_spec
+from pyllama.attention.spec import Knob, format_spec, parse_args, split_spec
 from pyllama.errors import PluginError
 
 __all__ = [
@@ -261,11 +262,6 @@ def register(cls: type | None = None, name: str | None = None, *, replace: bool 
     return do(cls)
 
 
-def unregister(name: str) -> None:
-    """Forget a plugin registered with :func:`register` (built-ins stay)."""
-    _registered.pop(name, None)
-
-
 def _origin(name: str) -> str:
     if name in _registered:
         return _registered[name][1]
@@ -399,7 +395,7 @@ def create_plugin(spec: str | Attention | None) -> Attention:
         return cls(**values)
     except PluginError:
         raise
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError, MemoryError) as exc:
         raise PluginError(f"{spec}: {exc}") from exc
 
 
@@ -415,10 +411,6 @@ def plugin_infos(include_errors: bool = True) -> list[PluginInfo]:
             continue
         infos.append(PluginInfo(name, _origin(name), plugin_description(cls), plugin_knobs(cls), cls=cls))
     return infos
-
-
-def knobs_help(cls: type) -> str:
-    return knob_summary(plugin_knobs(cls))
 
 
 def plugins_markdown() -> str:

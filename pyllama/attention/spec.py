@@ -43,6 +43,7 @@ REQUIRED: Any = _Required()  # the default of a knob that must be given
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 _KNOB_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+INT_LIMIT = 2**63 - 1  # plugins keep integer knobs in C 64-bit integers: beyond this a knob cannot be held
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,11 @@ class Knob:
         if self.type is int:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise PluginError(f"{where}{self.name}={value!r} is not an int")
+            if not -INT_LIMIT - 1 <= value <= INT_LIMIT:
+                raise PluginError(
+                    f"{where}{self.name}={value} is beyond the largest integer a knob holds ({INT_LIMIT:,}) "
+                    f"({self.name}: {self.help})"
+                )
         elif self.type is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise PluginError(f"{where}{self.name}={value!r} is not a number")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pyllama.attention.base import Attention
+from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_label
 from pyllama.attention.registry import create_plugin
 from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
@@ -40,14 +41,6 @@ if TYPE_CHECKING:
 BLOCK = 64  # positions per block, at most: a block holds block x vocab float64 values a few times per side
 BLOCK_VALUES = 1 << 21  # so the block shrinks for large vocabularies (Qwen2's 151,936 -> 13 positions)
 PROGRESS_MIN_POSITIONS = 2000  # show a progress bar (on a terminal) for probes at least this long
-
-
-def plugin_label(spec: str | Attention | None) -> str:
-    """How a plugin is named in a report: its spec string, or for an instance its registry name or class."""
-    if isinstance(spec, Attention):
-        name = getattr(type(spec), "name", "")
-        return name if name and name != Attention.name else type(spec).__name__
-    return "causal" if spec is None else str(spec)
 
 
 class _Side:
@@ -68,6 +61,7 @@ class _Side:
         self.logits = np.zeros((block, config.vocab_size), dtype=np.float32)
         self.att = np.zeros((block, config.n_layers, config.q_dim), dtype=np.float32)
         self.mem = np.zeros(block, dtype=np.int64)
+        self.bad_layer = np.full(block, -1, dtype=np.int32)  # the engine's nonfinite_layer per position
         self.logp = np.zeros((block, config.vocab_size))  # float64 log-probabilities of the block
         self.probs = np.zeros((block, config.vocab_size))
 
@@ -87,10 +81,8 @@ class _Side:
                 ) from exc
             self.hidden[i] = self.final
             self.att[i] = self.capture
-            mem = attention.memory_bytes()
-            if isinstance(mem, bool) or not isinstance(mem, (int, np.integer)) or mem < 0:
-                raise PluginError(f"{self.label}: memory_bytes() must return an int >= 0, got {mem!r}")
-            self.mem[i] = mem
+            self.bad_layer[i] = engine.nonfinite_layer
+            self.mem[i] = checked_memory_bytes(attention, self.label)
         classify_block(self.classifier, self.hidden[:m], self.logits, self.n_threads)
         # float64 log-softmax here, so the two sides do theirs concurrently (numpy releases the GIL)
         metrics.log_softmax(self.logits[:m], out=self.logp[:m], probs=self.probs[:m])
@@ -124,12 +116,12 @@ def run_diff(
     total_threads = max(1, int(threads or getattr(model, "threads", 1) or 1))
     concurrent = total_threads >= 2
     per_engine = max(1, total_threads // 2) if concurrent else total_threads
-    side_a = _Side(
-        label_a, Engine(config, model.weights, plugin_a, per_engine), block, config, model.weights, per_engine
-    )
-    side_b = _Side(
-        label_b, Engine(config, model.weights, plugin_b, per_engine), block, config, model.weights, per_engine
-    )
+    with plugin_calls(label_a, "init"):
+        engine_a = Engine(config, model.weights, plugin_a, per_engine)
+    with plugin_calls(label_b, "init"):
+        engine_b = Engine(config, model.weights, plugin_b, per_engine)
+    side_a = _Side(label_a, engine_a, block, config, model.weights, per_engine)
+    side_b = _Side(label_b, engine_b, block, config, model.weights, per_engine)
     max_a, max_b = side_a.engine.max_positions, side_b.engine.max_positions
 
     notes: list[str] = []
@@ -160,6 +152,8 @@ def run_diff(
         "layer_err": np.zeros((total, L)),
         "mem_a": np.zeros(total, dtype=np.int64),
         "mem_b": np.zeros(total, dtype=np.int64),
+        "nonfinite_a": np.full(total, -1, dtype=np.int32),
+        "nonfinite_b": np.full(total, -1, dtype=np.int32),
     }
     show = progress if progress is not None else total >= PROGRESS_MIN_POSITIONS
     bar = None
@@ -206,13 +200,15 @@ def run_diff(
                 cols["next_token"][r] = nxt
                 cols["max_abs_dlogit"][r] = metrics.max_abs_diff(la, lb, scratch=scratch[:m])
                 cols["kl"][r] = metrics.kl_divergence(lpa, lpb, side_a.probs[:m], scratch=side_b.probs[:m])
-                cols["top1_a"][r] = la.argmax(axis=1)
-                cols["top1_b"][r] = lb.argmax(axis=1)
+                cols["top1_a"][r] = metrics.top1(la)
+                cols["top1_b"][r] = metrics.top1(lb)
                 cols["logp_a"][r] = metrics.teacher_logprob(lpa, nxt)
                 cols["logp_b"][r] = metrics.teacher_logprob(lpb, nxt)
                 cols["layer_err"][r] = metrics.relative_l2(side_a.att[:m], side_b.att[:m])
                 cols["mem_a"][r] = side_a.mem[:m]
                 cols["mem_b"][r] = side_b.mem[:m]
+                cols["nonfinite_a"][r] = metrics.nonfinite_layer(side_a.bad_layer[:m], la, L)
+                cols["nonfinite_b"][r] = metrics.nonfinite_layer(side_b.bad_layer[:m], lb, L)
                 row += m
                 if bar is not None:
                     bar.update(m)

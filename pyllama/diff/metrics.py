@@ -2,6 +2,10 @@
 
 Every function takes a block of positions at once (rows = positions) so the harness computes them
 with a few numpy calls per block instead of per token.
+
+A row holding NaN or Inf is a difference, never agreement, and never left out: its max |Δlogit|,
+KL and layer error are +inf, its top-1 is -1 (agrees with nothing) and its teacher log-probability
+-inf, so a plugin that writes NaN gets an infinite perplexity, not a better one.
 """
 
 from __future__ import annotations
@@ -38,7 +42,28 @@ def max_abs_diff(la: np.ndarray, lb: np.ndarray, scratch: np.ndarray | None = No
     np.abs(d, out=d)
     rows = np.arange(la.shape[0])
     at = d.argmax(axis=1)
-    return np.abs(la[rows, at].astype(np.float64) - lb[rows, at].astype(np.float64))
+    out = np.abs(la[rows, at].astype(np.float64) - lb[rows, at].astype(np.float64))
+    out[~(finite_rows(la) & finite_rows(lb))] = np.inf
+    return out
+
+
+def finite_rows(x: np.ndarray) -> np.ndarray:
+    """True for each row (all axes but the first) holding no NaN or Inf."""
+    return np.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
+
+
+def top1(logits: np.ndarray) -> np.ndarray:
+    """The argmax of each row; -1 for a row with NaN or Inf (it agrees with nothing)."""
+    out = logits.argmax(axis=1).astype(np.int32)
+    out[~finite_rows(logits)] = -1
+    return out
+
+
+def nonfinite_layer(first_bad_layer: np.ndarray, logits: np.ndarray, n_layers: int) -> np.ndarray:
+    """Per row: the first layer whose output held NaN/Inf (the engine's ``nonfinite_layer``), else
+    ``n_layers`` when only the logits did (final norm or classifier), else -1 (all finite)."""
+    out = np.where(finite_rows(logits), -1, n_layers).astype(np.int32)
+    return np.where(first_bad_layer >= 0, first_bad_layer, out).astype(np.int32)
 
 
 def kl_divergence(
@@ -53,14 +78,18 @@ def kl_divergence(
         pa = np.exp(lpa)
     d = np.subtract(lpa, lpb, out=scratch)
     d *= pa
-    return np.maximum(d.sum(axis=1), 0.0)
+    out = np.maximum(d.sum(axis=1), 0.0)
+    out[~(finite_rows(lpa) & finite_rows(lpb))] = np.inf  # a NaN sum would otherwise read as "no divergence"
+    return out
 
 
 def teacher_logprob(lp: np.ndarray, next_tokens: np.ndarray) -> np.ndarray:
-    """log P(next token) per row; NaN where there is no next token (``next_tokens`` < 0)."""
+    """log P(next token) per row; NaN where there is no next token (``next_tokens`` < 0), -inf where
+    the row holds NaN or Inf (nothing was predicted)."""
     out = np.full(lp.shape[0], np.nan)
     ok = next_tokens >= 0
     out[ok] = lp[np.nonzero(ok)[0], next_tokens[ok]]
+    out[ok & ~finite_rows(lp)] = -np.inf
     return out
 
 
@@ -71,10 +100,12 @@ def relative_l2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     den = np.sqrt((a64**2).sum(axis=-1))
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, np.inf, 0.0))
+    out[~(np.isfinite(a).all(axis=-1) & np.isfinite(b).all(axis=-1))] = np.inf  # NaN compares false: be explicit
     return out
 
 
 def perplexity(logp: np.ndarray) -> float:
-    """exp(-mean log P(teacher token)) over the finite entries; NaN when there are none."""
-    v = logp[np.isfinite(logp)]
+    """exp(-mean log P(teacher token)) over the positions that have a teacher token (NaN marks the
+    end of a sequence); +inf when one of them is -inf (a non-finite row); NaN when there are none."""
+    v = logp[~np.isnan(logp)]
     return float(np.exp(-v.mean())) if v.size else float("nan")

@@ -3,7 +3,8 @@
 Per position (numpy arrays, one entry per compared position, in probe order): the sequence and
 position, the token and the teacher token (the next one), max |Δlogit|, KL(P_a ‖ P_b), the top-1 of
 each side, the teacher token's log-probability under each side, each layer's relative L2 error of
-the attention output, and each plugin's ``memory_bytes()``. ``summary`` condenses them;
+the attention output, each plugin's ``memory_bytes()``, and where each side first held NaN or Inf
+(a non-finite row is a difference in every metric; see :mod:`pyllama.diff.metrics`). ``summary`` condenses them;
 ``to_pandas``/``to_csv``/``to_json`` export every row; ``table()`` is what the CLI prints;
 ``plot()`` draws the figures of :mod:`pyllama.plots`.
 """
@@ -73,6 +74,9 @@ class DiffReport:
     layer_err: np.ndarray  # [positions, n_layers]
     mem_a: np.ndarray
     mem_b: np.ndarray
+    # per position: -1 all finite; else the first layer whose output held NaN/Inf (n_layers: the logits only)
+    nonfinite_a: np.ndarray | None = None
+    nonfinite_b: np.ndarray | None = None
     recall: list[RecallRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -85,7 +89,34 @@ class DiffReport:
 
     @property
     def agree(self) -> np.ndarray:
-        return self.top1_a == self.top1_b
+        """Same top-1 on both sides (a non-finite row has top-1 -1 and agrees with nothing)."""
+        return (self.top1_a == self.top1_b) & (self.top1_a >= 0)
+
+    def _nonfinite(self, side: str) -> np.ndarray:
+        col = self.nonfinite_a if side == "A" else self.nonfinite_b
+        return col if col is not None else np.full(self.n_positions, -1, dtype=np.int32)
+
+    def first_nonfinite(self) -> dict | None:
+        """The earliest position (in probe order) where either side held NaN or Inf, with its layer."""
+        best = None
+        for side in ("A", "B"):
+            col = self._nonfinite(side)
+            rows = np.nonzero(col >= 0)[0]
+            if not rows.size:
+                continue
+            i = int(rows[0])
+            if best is None or i < best[0]:
+                layer = int(col[i])
+                best = (i, side, None if layer >= self.n_layers else layer)
+        if best is None:
+            return None
+        i, side, layer = best
+        return {
+            "position": int(self.position[i]),
+            "sequence": self.segments[self.segment[i]].name,
+            "side": side,
+            "layer": layer,
+        }
 
     @property
     def dlogp(self) -> np.ndarray:
@@ -131,10 +162,11 @@ class DiffReport:
                 "exact": self.exact,
                 "max_abs_dlogit": float(self.max_abs_dlogit.max()),
                 "mean_kl": float(self.kl.mean()),
-                "p99_kl": float(np.percentile(self.kl, 99)),
+                "p99_kl": _p99(self.kl),
                 "max_kl": float(self.kl.max()),
                 "top1_agreement": float(self.agree.mean()),
                 "first_diff": first,
+                "first_nonfinite": self.first_nonfinite(),
                 "first_diff_layer": int(layer_any[0]) if layer_any.size else None,
                 "layer_err_mean": [float(x) for x in self.layer_err.mean(axis=0)],
                 "layer_err_max": [float(x) for x in self.layer_err.max(axis=0)],
@@ -180,6 +212,8 @@ class DiffReport:
             "dlogp": self.dlogp,
             "mem_a": self.mem_a,
             "mem_b": self.mem_b,
+            "nonfinite_a": self._nonfinite("A"),
+            "nonfinite_b": self._nonfinite("B"),
         }
         for layer in range(self.n_layers):
             cols[f"layer{layer}_err"] = self.layer_err[:, layer]
@@ -264,6 +298,13 @@ class DiffReport:
         out.append(f"top-1 agreement     {100 * s['top1_agreement']:.2f}%")
         fd = s["first_diff"]
         out.append("first difference    " + (f"position {fd['position']} ({fd['sequence']})" if fd else "none"))
+        nf = s["first_nonfinite"]
+        if nf is not None:
+            where = f"layer {nf['layer']}" if nf["layer"] is not None else "the logits"
+            out.append(
+                f"first non-finite    position {nf['position']} ({nf['sequence']}), side {nf['side']}, {where}: "
+                "NaN or Inf, counted as a difference"
+            )
         out.append(f"perplexity          A {s['ppl_a']:.4f}, B {s['ppl_b']:.4f}, B/A {s['ppl_ratio']:.4f}")
         out.append(
             f"memory at the end   ({s['last']['sequence']}, position {s['last']['position']}) "
@@ -297,6 +338,13 @@ class DiffReport:
             f"max|Δlogit| {_g(s['max_abs_dlogit'])}, mean KL {_g(s['mean_kl'])}, "
             f"top-1 {100 * s['top1_agreement']:.1f}%, ppl B/A {s['ppl_ratio']:.4f})"
         )
+
+
+def _p99(kl: np.ndarray) -> float:
+    """The 99th percentile of KL; +inf when it falls among infinite (non-finite) rows."""
+    with np.errstate(invalid="ignore"):  # interpolating between two infinities gives NaN
+        p = float(np.percentile(kl, 99))
+    return float("inf") if math.isnan(p) else p
 
 
 def _g(x: float) -> str:

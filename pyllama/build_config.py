@@ -1,0 +1,100 @@
+"""The one build configuration of pyllama's Cython code: compiler flags and Cython directives.
+
+``setup.py`` (the package and its built-in plugins) and :mod:`pyllama.attention.native` (a
+researcher's ``file.pyx:Class`` plugin, compiled on first use) both take their settings from here,
+so a plugin is compiled exactly like the built-ins it is compared with. This module imports nothing
+from pyllama: ``setup.py`` loads it by path, before the package is built.
+
+Environment switches:
+  PYLLAMA_PORTABLE=1    no -march=native (a build that runs on any x86-64 / aarch64 machine)
+  PYLLAMA_BOUNDSCHECK=1 Cython bounds, wraparound and initialisation checks back on, for debugging
+  PYLLAMA_NO_OPENMP=1   serial kernels even if the compiler has OpenMP
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SWITCHES = ("PYLLAMA_PORTABLE", "PYLLAMA_BOUNDSCHECK", "PYLLAMA_NO_OPENMP")
+
+# -fno-math-errno: sqrtf/expf become single instructions (nothing reads errno); no -ffast-math, which
+# would let the compiler reorder float sums and break bit-identical results.
+BASE_COMPILE_ARGS = ("-O3", "-fno-math-errno")
+OPENMP_FLAG = "-fopenmp"
+_OPENMP_PROBE = (
+    "#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel\n{n=omp_get_num_threads();}\nreturn n<1;}\n"
+)
+
+
+def switches(env: Mapping[str, str] | None = None) -> dict[str, bool]:
+    """Which of the environment switches are on (a value of exactly "1")."""
+    env = os.environ if env is None else env
+    return {name: env.get(name) == "1" for name in SWITCHES}
+
+
+def cython_directives(env: Mapping[str, str] | None = None) -> dict[str, object]:
+    """Cython compiler directives: checks off unless PYLLAMA_BOUNDSCHECK=1."""
+    checks = switches(env)["PYLLAMA_BOUNDSCHECK"]
+    return {
+        "language_level": 3,
+        "boundscheck": checks,
+        "wraparound": checks,
+        "initializedcheck": checks,
+        "cdivision": True,
+        "nonecheck": False,
+        "embedsignature": True,
+    }
+
+
+def compiler_has_openmp(cc: str | Sequence[str]) -> bool:
+    """True when the C compiler ``cc`` (a command, or its argv) compiles and links a small OpenMP program."""
+    argv = [cc] if isinstance(cc, str) else list(cc)
+    if not argv or shutil.which(argv[0]) is None:
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text(_OPENMP_PROBE)
+        proc = subprocess.run([*argv, OPENMP_FLAG, str(src), "-o", str(Path(tmp) / "probe")], capture_output=True)
+        return proc.returncode == 0
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """What one compile of a pyllama Cython module uses."""
+
+    openmp: bool
+    compile_args: list[str]
+    link_args: list[str]
+    directives: dict[str, object] = field(default_factory=dict)
+    no_openmp_reason: str = ""  # why openmp is off, for the build's warning
+
+    @property
+    def cache_tag(self) -> str:
+        """A short text that changes whenever the compiled code would."""
+        return "-".join(
+            [*self.compile_args, *self.link_args, *(f"{k}={v}" for k, v in sorted(self.directives.items()))]
+        )
+
+
+def build_config(cc: str | Sequence[str], env: Mapping[str, str] | None = None) -> BuildConfig:
+    """The flags and directives for compiler ``cc`` under the environment switches."""
+    on = switches(env)
+    args = list(BASE_COMPILE_ARGS)
+    if not on["PYLLAMA_PORTABLE"]:
+        args.append("-march=native")
+    reason = ""
+    if on["PYLLAMA_NO_OPENMP"]:
+        openmp, reason = False, "PYLLAMA_NO_OPENMP=1"
+    else:
+        openmp = compiler_has_openmp(cc)
+        reason = "" if openmp else "the compiler cannot build OpenMP code"
+    link = [OPENMP_FLAG] if openmp else []
+    if openmp:
+        args.append(OPENMP_FLAG)
+    return BuildConfig(openmp, args, link, cython_directives(env), reason)
