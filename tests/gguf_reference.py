@@ -20,7 +20,16 @@ from gguf import GGMLQuantizationType as GT
 
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 
-TYPES = {"f32": GT.F32, "f16": GT.F16, "q8_0": GT.Q8_0, "bf16": GT.BF16, "q4_0": GT.Q4_0}  # the last two: unsupported
+TYPES = {
+    "f32": GT.F32,
+    "f16": GT.F16,
+    "q8_0": GT.Q8_0,
+    "bf16": GT.BF16,
+    "q4_0": GT.Q4_0,
+    "q4_1": GT.Q4_1,
+    "q5_0": GT.Q5_0,
+    "q5_1": GT.Q5_1,
+}
 
 
 def write_random_gguf(

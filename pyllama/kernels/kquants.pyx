@@ -1,0 +1,244 @@
+"""Products over ggml's K-quants (super-blocks of 256 values), on their own blocks, times Q8_K activations.
+
+Block layouts (ggml-common.h; every fp16 is a binary16, scales are unsigned unless said):
+
+* ``Q2_K`` (84 bytes): 16 bytes of (4-bit scale | 4-bit min << 4) per 16 values, 64 bytes of 2-bit q,
+  fp16 d, fp16 dmin; w = d * sc * q - dmin * m.
+* ``Q3_K`` (110 bytes): 32 bytes of high-bit mask, 64 bytes of 2-bit q, 12 bytes of 16 packed 6-bit
+  scales (minus 32), fp16 d; w = d * sc * (q - 4 * (1 - high bit)).
+* ``Q4_K`` (144 bytes): fp16 d, fp16 dmin, 12 bytes of 8 packed 6-bit (scale, min) per 32 values, 128
+  bytes of nibbles; w = d * sc * q - dmin * m.
+* ``Q5_K`` (176 bytes): as Q4_K plus 32 bytes of fifth bits.
+* ``Q6_K`` (210 bytes): 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 int8 scales per 16 values,
+  fp16 d; w = d * sc * (q - 32).
+
+As llama.cpp does it (``ggml_vec_dot_q4_K_q8_K`` and friends), the activation is quantised once per
+product to Q8_K (256 int8 with one float32 scale d_x and the sums of each 16 q_x), and each super-block
+contributes ``d_x * d * Σ_j sc_j Σ q_w q_x - d_x * dmin * Σ_j m_j Σ q_x``. The sums are exact int32 (the
+products of one super-block stay below 2^27); the float part is two fused multiply-adds per super-block
+into one float32 accumulator, in block order: ``fmaf`` in C, the same single rounding as any FMA
+hardware. The integer sums of 16 or 32 values use AVX2 (``maddubs``/``madd``) when built for it and
+plain C otherwise; either way they are exact, so the AVX2 and portable builds give identical bits.
+There is no AVX-512 path (an AVX-512 machine runs the AVX2 code, with the same bits).
+"""
+
+from libc.stdint cimport uint8_t
+
+from pyllama.kernels.matvec cimport Matrix, QuantScratch, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K
+from pyllama.kernels.qproduct cimport pyllama_qact, row_dot_fn, quant_product, ACT_Q8_K
+
+cdef extern from *:
+    """
+    #include "qblocks.h"
+
+    enum { PK_Q2_K, PK_Q3_K, PK_Q4_K, PK_Q5_K, PK_Q6_K };
+    static const int pyllama_kquant_bytes[5] = {84, 110, 144, 176, 210};
+
+    static inline ptrdiff_t pyllama_kquant_row_bytes(int kind, ptrdiff_t cols) {
+        return cols / PYLLAMA_QK_K * pyllama_kquant_bytes[kind];
+    }
+
+    /* Q4_K / Q5_K: the 6-bit scale and min of sub-block j < 8 */
+    static inline void pyllama_k4_scale_min(const uint8_t* s, int j, int* sc, int* mn) {
+        if (j < 4) {
+            *sc = s[j] & 63;
+            *mn = s[j + 4] & 63;
+        } else {
+            *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+            *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        }
+    }
+
+    /* A super-block's 256 integer weights in element order, its integer scales (16 per 16 values, or
+       8 per 32 values for Q4_K/Q5_K) and mins, and its fp16 d and dmin. */
+    static inline int pyllama_kquant_unpack(int kind, const uint8_t* blk, int8_t* q, int* sc, int* mn,
+                                            float* d, float* dmin) {
+        int n_sub = 16;
+        if (kind == PK_Q2_K || kind == PK_Q3_K) {
+            const uint8_t* qs = blk + (kind == PK_Q2_K ? 16 : 32);
+            for (int c = 0; c < 2; c++)
+                for (int s = 0; s < 4; s++)
+                    for (int l = 0; l < 32; l++) q[128 * c + 32 * s + l] = (int8_t)((qs[32 * c + l] >> (2 * s)) & 3);
+            if (kind == PK_Q2_K) {
+                for (int j = 0; j < 16; j++) { sc[j] = blk[j] & 15; mn[j] = blk[j] >> 4; }
+                *d = pyllama_half_at(blk + 80);
+                *dmin = pyllama_half_at(blk + 82);
+            } else {
+                const uint8_t* hm = blk;
+                for (int i = 0; i < 8; i++)
+                    for (int l = 0; l < 32; l++) q[32 * i + l] -= ((hm[l] >> i) & 1) ? 0 : 4;
+                const uint8_t* s = blk + 96;
+                for (int j = 0; j < 16; j++) {
+                    const int low = j < 8 ? (s[j] & 15) : (s[j - 8] >> 4);
+                    const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+                    sc[j] = (low | (high << 4)) - 32;
+                    mn[j] = 0;
+                }
+                *d = pyllama_half_at(blk + 108);
+                *dmin = 0.0f;
+            }
+        } else if (kind == PK_Q4_K || kind == PK_Q5_K) {
+            const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
+            const uint8_t* qh = blk + 16;
+            for (int c = 0; c < 4; c++)
+                for (int l = 0; l < 32; l++) {
+                    int lo = qs[32 * c + l] & 15, hi = qs[32 * c + l] >> 4;
+                    if (kind == PK_Q5_K) {
+                        lo |= ((qh[l] >> (2 * c)) & 1) << 4;
+                        hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+                    }
+                    q[64 * c + l] = (int8_t)lo;
+                    q[64 * c + 32 + l] = (int8_t)hi;
+                }
+            for (int j = 0; j < 8; j++) pyllama_k4_scale_min(blk + 4, j, &sc[j], &mn[j]);
+            *d = pyllama_half_at(blk);
+            *dmin = pyllama_half_at(blk + 2);
+            n_sub = 8;
+        } else {
+            const uint8_t* ql = blk;
+            const uint8_t* qh = blk + 128;
+            for (int h = 0; h < 2; h++)
+                for (int l = 0; l < 32; l++) {
+                    const int hb = qh[32 * h + l];
+                    const int a = ql[64 * h + l], b = ql[64 * h + 32 + l];
+                    q[128 * h + l] = (int8_t)(((a & 15) | ((hb & 3) << 4)) - 32);
+                    q[128 * h + 32 + l] = (int8_t)(((b & 15) | (((hb >> 2) & 3) << 4)) - 32);
+                    q[128 * h + 64 + l] = (int8_t)(((a >> 4) | (((hb >> 4) & 3) << 4)) - 32);
+                    q[128 * h + 96 + l] = (int8_t)(((b >> 4) | (((hb >> 6) & 3) << 4)) - 32);
+                }
+            for (int j = 0; j < 16; j++) { sc[j] = (int8_t)blk[192 + j]; mn[j] = 0; }
+            *d = pyllama_half_at(blk + 208);
+            *dmin = 0.0f;
+        }
+        return n_sub;
+    }
+
+    static inline float pyllama_dot_kquant(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
+        const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
+        float acc = 0.0f;
+        for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
+            const uint8_t* blk = w + bytes * b;
+            pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
+            int8_t q[PYLLAMA_QK_K];
+            int sc[16], mn[16];
+            float d, dmin;
+            const int n_sub = pyllama_kquant_unpack(kind, blk, q, sc, mn, &d, &dmin);
+            const int8_t* xq = a->q + PYLLAMA_QK_K * b;
+            const int16_t* bs = a->bsums + 16 * b;
+            int32_t sumi = 0, summ = 0;
+            for (int i = 0; i < 8; i++) {
+                int32_t lo, hi;
+                pyllama_dot32_halves(q + 32 * i, xq + 32 * i, &lo, &hi);
+                if (n_sub == 8) {
+                    sumi += sc[i] * (lo + hi);
+                    summ += mn[i] * (bs[2 * i] + bs[2 * i + 1]);
+                } else {
+                    sumi += sc[2 * i] * lo + sc[2 * i + 1] * hi;
+                    summ += mn[2 * i] * bs[2 * i] + mn[2 * i + 1] * bs[2 * i + 1];
+                }
+            }
+            const float dx = a->d[b];
+            acc = fmaf(dx * d, (float)sumi, acc);
+            if (kind == PK_Q2_K || kind == PK_Q4_K || kind == PK_Q5_K) acc = fmaf(-(dx * dmin), (float)summ, acc);
+        }
+        return acc;
+    }
+
+    static float pyllama_dot_q2_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_kquant(PK_Q2_K, w, a, n);
+    }
+    static float pyllama_dot_q3_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_kquant(PK_Q3_K, w, a, n);
+    }
+    static float pyllama_dot_q4_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_kquant(PK_Q4_K, w, a, n);
+    }
+    static float pyllama_dot_q5_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_kquant(PK_Q5_K, w, a, n);
+    }
+    static float pyllama_dot_q6_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_kquant(PK_Q6_K, w, a, n);
+    }
+
+    /* row r as float32: w = (d * sc) * q - dmin * m, with one rounding for the last step (fmaf) */
+    static void pyllama_dequantize_kquant(int kind, const uint8_t* data, ptrdiff_t r, float* out, ptrdiff_t cols) {
+        const uint8_t* row = data + r * pyllama_kquant_row_bytes(kind, cols);
+        for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
+            int8_t q[PYLLAMA_QK_K];
+            int sc[16], mn[16];
+            float d, dmin;
+            const int n_sub = pyllama_kquant_unpack(kind, row + pyllama_kquant_bytes[kind] * b, q, sc, mn, &d, &dmin);
+            const int size = PYLLAMA_QK_K / n_sub;
+            for (int k = 0; k < PYLLAMA_QK_K; k++) {
+                const int j = k / size;
+                out[PYLLAMA_QK_K * b + k] = fmaf(d * (float)sc[j], (float)q[k], -(dmin * (float)mn[j]));
+            }
+        }
+    }
+    """
+    int PK_Q2_K, PK_Q3_K, PK_Q4_K, PK_Q5_K, PK_Q6_K
+    float dot_q2_k "pyllama_dot_q2_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_q3_k "pyllama_dot_q3_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_q4_k "pyllama_dot_q4_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_q5_k "pyllama_dot_q5_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_q6_k "pyllama_dot_q6_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    Py_ssize_t kquant_row_bytes "pyllama_kquant_row_bytes"(int kind, Py_ssize_t cols) noexcept nogil
+    void dequantize_kquant "pyllama_dequantize_kquant"(int kind, const uint8_t* data, Py_ssize_t row, float* out,
+                                                       Py_ssize_t cols) noexcept nogil
+
+
+cdef inline int kquant_kind(int qtype) noexcept nogil:
+    if qtype == QTYPE_Q2_K:
+        return PK_Q2_K
+    if qtype == QTYPE_Q3_K:
+        return PK_Q3_K
+    if qtype == QTYPE_Q4_K:
+        return PK_Q4_K
+    if qtype == QTYPE_Q5_K:
+        return PK_Q5_K
+    return PK_Q6_K
+
+
+cdef void matmul_kquant(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                        int n_threads) noexcept nogil:
+    """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for any K-quant (dispatch on m.qtype)."""
+    cdef row_dot_fn dot = <row_dot_fn>dot_q6_k
+    if m.qtype == QTYPE_Q2_K:
+        dot = <row_dot_fn>dot_q2_k
+    elif m.qtype == QTYPE_Q3_K:
+        dot = <row_dot_fn>dot_q3_k
+    elif m.qtype == QTYPE_Q4_K:
+        dot = <row_dot_fn>dot_q4_k
+    elif m.qtype == QTYPE_Q5_K:
+        dot = <row_dot_fn>dot_q5_k
+    quant_product(out, m, x, n_pos, scratch, n_threads, dot, ACT_Q8_K, kquant_row_bytes(kquant_kind(m.qtype), m.cols))
+
+
+cdef void matmul_q2_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_q3_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_q4_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_q5_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_q6_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void dequantize_row_kquant(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:
+    """out[cols] = row ``row`` of m as float32 (the token embedding lookup)."""
+    dequantize_kquant(kquant_kind(m.qtype), <const uint8_t*>m.data, row, out, m.cols)
