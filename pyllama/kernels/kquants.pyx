@@ -49,6 +49,26 @@ cdef extern from *:
         }
     }
 
+    /* the integer scales and mins of a Q2_K / Q3_K super-block, and its d and dmin */
+    static inline int pyllama_kquant_scales(int kind, const uint8_t* blk, int* sc, int* mn, float* d, float* dmin) {
+        if (kind == PK_Q2_K) {
+            for (int j = 0; j < 16; j++) { sc[j] = blk[j] & 15; mn[j] = blk[j] >> 4; }
+            *d = pyllama_half_at(blk + 80);
+            *dmin = pyllama_half_at(blk + 82);
+        } else {
+            const uint8_t* s = blk + 96;
+            for (int j = 0; j < 16; j++) {
+                const int low = j < 8 ? (s[j] & 15) : (s[j - 8] >> 4);
+                const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+                sc[j] = (low | (high << 4)) - 32;
+                mn[j] = 0;
+            }
+            *d = pyllama_half_at(blk + 108);
+            *dmin = 0.0f;
+        }
+        return 16;
+    }
+
     /* A super-block's 256 integer weights in element order, its integer scales (16 per 16 values, or
        8 per 32 values for Q4_K/Q5_K) and mins, and its fp16 d and dmin. */
     static inline int pyllama_kquant_unpack(int kind, const uint8_t* blk, int8_t* q, int* sc, int* mn,
@@ -59,24 +79,12 @@ cdef extern from *:
             for (int c = 0; c < 2; c++)
                 for (int s = 0; s < 4; s++)
                     for (int l = 0; l < 32; l++) q[128 * c + 32 * s + l] = (int8_t)((qs[32 * c + l] >> (2 * s)) & 3);
-            if (kind == PK_Q2_K) {
-                for (int j = 0; j < 16; j++) { sc[j] = blk[j] & 15; mn[j] = blk[j] >> 4; }
-                *d = pyllama_half_at(blk + 80);
-                *dmin = pyllama_half_at(blk + 82);
-            } else {
+            if (kind == PK_Q3_K) {
                 const uint8_t* hm = blk;
                 for (int i = 0; i < 8; i++)
                     for (int l = 0; l < 32; l++) q[32 * i + l] -= ((hm[l] >> i) & 1) ? 0 : 4;
-                const uint8_t* s = blk + 96;
-                for (int j = 0; j < 16; j++) {
-                    const int low = j < 8 ? (s[j] & 15) : (s[j - 8] >> 4);
-                    const int high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-                    sc[j] = (low | (high << 4)) - 32;
-                    mn[j] = 0;
-                }
-                *d = pyllama_half_at(blk + 108);
-                *dmin = 0.0f;
             }
+            pyllama_kquant_scales(kind, blk, sc, mn, d, dmin);
         } else if (kind == PK_Q4_K || kind == PK_Q5_K) {
             const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
             const uint8_t* qh = blk + 16;
@@ -113,6 +121,99 @@ cdef extern from *:
         return n_sub;
     }
 
+    #if PYLLAMA_QBLOCKS_AVX2
+    static inline int32_t pyllama_hsum_i32x8(__m256i v) {
+        return pyllama_hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+    }
+    /* Σ_j sc_j Σ q_w q_x of a Q4_K / Q5_K super-block, unpacked in registers (exact int32) */
+    static inline int32_t pyllama_sumi_q45k_avx2(int kind, const uint8_t* blk, const int8_t* xq, const int* sc) {
+        const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
+        const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+        const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 16));
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (kind == PK_Q5_K) { /* bit 2c of qh[l] is element 64c+l's fifth bit, bit 2c+1 that of 64c+32+l */
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+            }
+            const __m256i l0 = pyllama_lanes_u8(lo, _mm256_loadu_si256((const __m256i*)(xq + 64 * c)));
+            const __m256i l1 = pyllama_lanes_u8(hi, _mm256_loadu_si256((const __m256i*)(xq + 64 * c + 32)));
+            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(l0, _mm256_set1_epi32(sc[2 * c])));
+            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(l1, _mm256_set1_epi32(sc[2 * c + 1])));
+        }
+        return pyllama_hsum_i32x8(acc);
+    }
+    /* Σ_j sc_j Σ q_w q_x of a Q6_K super-block: lanes 0-3 of a 32-value dot are one 16-value sub-block,
+       lanes 4-7 the next */
+    static inline int32_t pyllama_sumi_q6k_avx2(const uint8_t* blk, const int8_t* xq, const int* sc) {
+        const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+        __m256i acc = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i*)(blk + 64 * h));
+            const __m256i b = _mm256_loadu_si256((const __m256i*)(blk + 64 * h + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i*)(blk + 128 + 32 * h));
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(b, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+            for (int k = 0; k < 4; k++) {
+                const int j = 8 * h + 2 * k;
+                const __m256i lanes = pyllama_lanes_i8(_mm256_sub_epi8(q[k], off),
+                    _mm256_loadu_si256((const __m256i*)(xq + 128 * h + 32 * k)));
+                const __m256i scale = _mm256_setr_epi32(sc[j], sc[j], sc[j], sc[j], sc[j + 1], sc[j + 1], sc[j + 1],
+                                                        sc[j + 1]);
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(lanes, scale));
+            }
+        }
+        return pyllama_hsum_i32x8(acc);
+    }
+    /* the same for Q2_K / Q3_K: 2-bit planes (element 128c + 32s + l is bits 2s of qs[32c + l]); Q3_K
+       subtracts 4 where bit 4c+s of hmask[l] is clear */
+    static inline int32_t pyllama_sumi_q23k_avx2(int kind, const uint8_t* blk, const int8_t* xq, const int* sc) {
+        const uint8_t* qs = blk + (kind == PK_Q2_K ? 16 : 32);
+        const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+        const __m256i hm = _mm256_loadu_si256((const __m256i*)blk);
+        __m256i acc = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
+            for (int s = 0; s < 4; s++) {
+                const int i = 4 * c + s, j = 2 * i;
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * s), m2);
+                const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + 32 * i));
+                __m256i lanes;
+                if (kind == PK_Q3_K) {
+                    const __m256i clear = _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(hm, i), one), one);
+                    q = _mm256_sub_epi8(q, _mm256_slli_epi16(clear, 2));
+                    lanes = pyllama_lanes_i8(q, x);
+                } else {
+                    lanes = pyllama_lanes_u8(q, x);
+                }
+                const __m256i scale = _mm256_setr_epi32(sc[j], sc[j], sc[j], sc[j], sc[j + 1], sc[j + 1], sc[j + 1],
+                                                        sc[j + 1]);
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(lanes, scale));
+            }
+        }
+        return pyllama_hsum_i32x8(acc);
+    }
+    #endif
+
+    /* Σ_j sc_j Σ q_w q_x of one super-block from its unpacked weights (any K-quant, any build) */
+    static inline int32_t pyllama_sumi_unpacked(const int8_t* q, const int8_t* xq, const int* sc, int n_sub) {
+        int32_t sumi = 0;
+        for (int i = 0; i < 8; i++) {
+            int32_t lo, hi;
+            pyllama_dot32_halves(q + 32 * i, xq + 32 * i, &lo, &hi);
+            sumi += n_sub == 8 ? sc[i] * (lo + hi) : sc[2 * i] * lo + sc[2 * i + 1] * hi;
+        }
+        return sumi;
+    }
+
     static inline float pyllama_dot_kquant(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
         const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
         float acc = 0.0f;
@@ -122,21 +223,36 @@ cdef extern from *:
             int8_t q[PYLLAMA_QK_K];
             int sc[16], mn[16];
             float d, dmin;
-            const int n_sub = pyllama_kquant_unpack(kind, blk, q, sc, mn, &d, &dmin);
             const int8_t* xq = a->q + PYLLAMA_QK_K * b;
             const int16_t* bs = a->bsums + 16 * b;
-            int32_t sumi = 0, summ = 0;
-            for (int i = 0; i < 8; i++) {
-                int32_t lo, hi;
-                pyllama_dot32_halves(q + 32 * i, xq + 32 * i, &lo, &hi);
-                if (n_sub == 8) {
-                    sumi += sc[i] * (lo + hi);
-                    summ += mn[i] * (bs[2 * i] + bs[2 * i + 1]);
-                } else {
-                    sumi += sc[2 * i] * lo + sc[2 * i + 1] * hi;
-                    summ += mn[2 * i] * bs[2 * i] + mn[2 * i + 1] * bs[2 * i + 1];
-                }
+            int32_t sumi, summ = 0;
+            int n_sub;
+    #if PYLLAMA_QBLOCKS_AVX2
+            if (kind == PK_Q4_K || kind == PK_Q5_K) {
+                for (int j = 0; j < 8; j++) pyllama_k4_scale_min(blk + 4, j, &sc[j], &mn[j]);
+                d = pyllama_half_at(blk);
+                dmin = pyllama_half_at(blk + 2);
+                n_sub = 8;
+                sumi = pyllama_sumi_q45k_avx2(kind, blk, xq, sc);
+            } else if (kind == PK_Q6_K) {
+                for (int j = 0; j < 16; j++) sc[j] = (int8_t)blk[192 + j];
+                d = pyllama_half_at(blk + 208);
+                dmin = 0.0f;
+                n_sub = 16;
+                sumi = pyllama_sumi_q6k_avx2(blk, xq, sc);
+            } else if (kind == PK_Q2_K || kind == PK_Q3_K) {
+                n_sub = pyllama_kquant_scales(kind, blk, sc, mn, &d, &dmin);
+                sumi = pyllama_sumi_q23k_avx2(kind, blk, xq, sc);
+            } else
+    #endif
+            {
+                n_sub = pyllama_kquant_unpack(kind, blk, q, sc, mn, &d, &dmin);
+                sumi = pyllama_sumi_unpacked(q, xq, sc, n_sub);
             }
+            if (kind == PK_Q2_K || kind == PK_Q4_K || kind == PK_Q5_K)
+                for (int i = 0; i < 8; i++)
+                    summ += n_sub == 8 ? mn[i] * (bs[2 * i] + bs[2 * i + 1])
+                                       : mn[2 * i] * bs[2 * i] + mn[2 * i + 1] * bs[2 * i + 1];
             const float dx = a->d[b];
             acc = fmaf(dx * d, (float)sumi, acc);
             if (kind == PK_Q2_K || kind == PK_Q4_K || kind == PK_Q5_K) acc = fmaf(-(dx * dmin), (float)summ, acc);
