@@ -19,7 +19,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as GT
-from quant_reference import ACTIVATION, reference_product
+from quant_reference import ACTIVATION, random_blocks, reference_product, split_weights
 
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 
@@ -32,7 +32,15 @@ TYPES = {
     "q4_1": GT.Q4_1,
     "q5_0": GT.Q5_0,
     "q5_1": GT.Q5_1,
+    # gguf-py cannot quantise these: random blocks with small scales stand in (random_blocks)
+    "iq4_nl": GT.IQ4_NL,
+    "q2_k": GT.Q2_K,
+    "q3_k": GT.Q3_K,
+    "q4_k": GT.Q4_K,
+    "q5_k": GT.Q5_K,
+    "q6_k": GT.Q6_K,
 }
+RANDOM_BLOCK_TYPES = (GT.IQ4_NL, GT.Q2_K, GT.Q3_K, GT.Q4_K, GT.Q5_K, GT.Q6_K)
 
 
 def write_random_gguf(
@@ -118,9 +126,12 @@ def write_random_gguf(
         if name in skip_tensors:
             continue
         want = TYPES[(tensor_types or {}).get(name, qtype if array.ndim == 2 else "f32")]
-        if want not in (GT.F32, GT.F16, GT.BF16) and array.shape[-1] % 32:
+        if want not in (GT.F32, GT.F16, GT.BF16) and array.shape[-1] % gguf.GGML_QUANT_SIZES[want][0]:
             want = GT.F32  # like llama-quantize: a row that is not whole blocks stays float
-        if want == GT.F32:
+        if want in RANDOM_BLOCK_TYPES:
+            data = random_blocks(rng, want, array.shape[0], array.shape[1], scale=0.02 / array.shape[1] ** 0.5)
+            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=want)
+        elif want == GT.F32:
             w.add_tensor(name, array)
         else:
             data = gguf.quants.quantize(array, want)
@@ -184,11 +195,11 @@ class NumpyGGUF:
         self.w = {name: dequantize(t) for name, t in tensors.items()}
         self.q8 = {name for name, t in tensors.items() if t.tensor_type == GT.Q8_0}
         # the other block types: raw blocks, multiplied as llama.cpp does (quant_reference.reference_product)
-        self.blocks = {
-            name: (np.asarray(t.data, dtype=np.uint8).reshape(int(np.prod(t.shape[1:])), -1), t.tensor_type)
-            for name, t in tensors.items()
-            if t.tensor_type in ACTIVATION and t.tensor_type != GT.Q8_0
-        }
+        self.blocks = {}
+        for name, t in tensors.items():
+            if t.tensor_type in ACTIVATION and t.tensor_type != GT.Q8_0:
+                raw = np.asarray(t.data, dtype=np.uint8).reshape(int(np.prod(t.shape[1:])), -1)
+                self.blocks[name] = (raw, t.tensor_type, split_weights(raw, t.tensor_type))
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]
             if "token_embd.weight" in self.q8:
@@ -204,7 +215,8 @@ class NumpyGGUF:
 
     def mm(self, name: str, x: np.ndarray) -> np.ndarray:
         if self.quantize_activations and name in self.blocks:
-            return reference_product(*self.blocks[name], x)[0]
+            raw, ggml_type, split = self.blocks[name]
+            return reference_product(raw, ggml_type, x, split)[0]
         if self.quantize_activations and name in self.q8:
             x = quantize_activation_q8_0(x)
         return self.w[name] @ x

@@ -47,16 +47,16 @@ def set_halves(raw: np.ndarray, ggml_type: G, offset: int | None, values: np.nda
     blocks[:, offset : offset + 2] = values.astype(np.float16).reshape(-1, 1).view(np.uint8)
 
 
-def random_blocks(rng: np.random.Generator, ggml_type: G, rows: int, cols: int) -> np.ndarray:
-    """Random bytes for every field, except fp16 scales, which are random finite halves (random bytes
-    would make NaN and Inf)."""
+def random_blocks(rng: np.random.Generator, ggml_type: G, rows: int, cols: int, scale: float = 0.1) -> np.ndarray:
+    """Random bytes for every field, except fp16 scales, which are random finite halves of magnitude up to
+    ``scale`` (times 2^-6..2^2; random bytes would make NaN and Inf)."""
     if ggml_type == G.BF16:
         return gguf.quants.quantize(rng.standard_normal((rows, cols)).astype(np.float32), G.BF16)
     block, block_bytes = GGML_QUANT_SIZES[ggml_type]
     raw = rng.integers(0, 256, size=(rows, cols // block * block_bytes), dtype=np.uint8)
     n_blocks = rows * cols // block
     for offset in HALF_FIELDS[ggml_type]:
-        set_halves(raw, ggml_type, offset, rng.uniform(-0.1, 0.1, n_blocks) * 2.0 ** rng.integers(-6, 3, n_blocks))
+        set_halves(raw, ggml_type, offset, rng.uniform(-scale, scale, n_blocks) * 2.0 ** rng.integers(-6, 3, n_blocks))
     return raw
 
 
@@ -106,30 +106,35 @@ def _with_half(raw: np.ndarray, ggml_type: G, offset: int, value: float) -> np.n
     return out
 
 
-def reference_product(raw: np.ndarray, ggml_type: G, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """llama.cpp's row products of a weight matrix with ``x`` quantised to its activation type, in
-    float64 from gguf-py's dequantization; also Σ|terms| per row (for the float32 rounding bound).
-
-    The weight is split by linearity into its scaled part (offset field zeroed) and its offset part
-    (scale field zeroed): each is exact in gguf-py's float32, where the sum of the two may round.
-    For Q4_1/Q5_1 the offset meets the activation's s (llama.cpp's m_w * s_x), not d_x * Σ q_x."""
+def split_weights(raw: np.ndarray, ggml_type: G) -> tuple[np.ndarray, np.ndarray]:
+    """gguf-py's dequantization of a weight matrix split by linearity into its scaled part (offset field
+    zeroed) and its offset part (scale field zeroed): each is exact in gguf-py's float32, where the sum
+    of the two may round."""
     rows = raw.shape[0]
+    d_off, m_off = HALF_FIELDS[ggml_type]
+    if m_off is None:
+        scaled = gguf.quants.dequantize(raw, ggml_type).astype(np.float64).reshape(rows, -1)
+        return scaled, np.zeros_like(scaled)
+    scaled = gguf.quants.dequantize(_with_half(raw, ggml_type, m_off, 0.0), ggml_type).astype(np.float64)
+    offset = gguf.quants.dequantize(_with_half(raw, ggml_type, d_off, 0.0), ggml_type).astype(np.float64)
+    return scaled.reshape(rows, -1), offset.reshape(rows, -1)
+
+
+def reference_product(
+    raw: np.ndarray, ggml_type: G, x: np.ndarray, split: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """llama.cpp's row products of a weight matrix with ``x`` quantised to its activation type, in
+    float64 from gguf-py's dequantization (``split``: ``split_weights(raw, ggml_type)``, computed once
+    by a caller that multiplies the same matrix again); also Σ|terms| per row, for rounding bounds.
+    For Q4_1/Q5_1 the offset meets the activation's s (llama.cpp's m_w * s_x), not d_x * Σ q_x."""
     act = ACTIVATION[ggml_type]
     q, d, s = QUANTIZERS[act](x)
     block = 256 if act == "Q8_K" else 32
     xdq = q.astype(np.float64) * np.repeat(d.astype(np.float64), block)
-    d_off, m_off = HALF_FIELDS[ggml_type]
-    if m_off is None:
-        scaled = gguf.quants.dequantize(raw, ggml_type).astype(np.float64).reshape(rows, -1)
-        offset = np.zeros_like(scaled)
-    else:
-        scaled = gguf.quants.dequantize(_with_half(raw, ggml_type, m_off, 0.0), ggml_type).astype(np.float64)
-        offset = gguf.quants.dequantize(_with_half(raw, ggml_type, d_off, 0.0), ggml_type).astype(np.float64)
-        scaled, offset = scaled.reshape(rows, -1), offset.reshape(rows, -1)
+    scaled, offset = split if split is not None else split_weights(raw, ggml_type)
     if act == "Q8_1":
-        m = offset.reshape(rows, -1, 32)[:, :, 0]  # one m per block
+        m = offset.reshape(raw.shape[0], -1, 32)[:, :, 0]  # one m per block
         value = scaled @ xdq + m @ s.astype(np.float64)
         magnitude = np.abs(scaled) @ np.abs(xdq) + np.abs(m) @ np.abs(s.astype(np.float64))
         return value, magnitude
-    w = scaled + offset
-    return w @ xdq, np.abs(scaled) @ np.abs(xdq) + np.abs(offset) @ np.abs(xdq)
+    return (scaled + offset) @ xdq, np.abs(scaled) @ np.abs(xdq) + np.abs(offset) @ np.abs(xdq)

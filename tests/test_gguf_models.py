@@ -131,3 +131,22 @@ def test_generate_through_the_model_api(tmp_path):
             token = int(np.argmax(logits))
             ids.append(token)
     assert out.ids == ids
+
+
+@pytest.mark.parametrize("qtype", ["iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"])
+def test_k_quant_and_iq4_nl_models_match_numpy_reference(tmp_path, qtype):
+    """Random blocks stored with gguf-py's writer (it cannot quantise these types), every matrix and
+    the tied embedding in the type, against the float64 reference with llama.cpp's Q8_0/Q8_K
+    activations; the tolerances are those of the other block types above."""
+    path = write_random_gguf(tmp_path / "m.gguf", qtype=qtype, tied=True, seed=5, dim=256, hidden_dim=512)
+    cfg, weights = load_checkpoint(path)
+    assert {t.qtype.name for t in weights.tensors()} == {qtype.upper()}
+    engine = Model(cfg, weights, None, str(path), threads=2).engine("causal")
+    ref = NumpyGGUF(path, quantize_activations=True)
+    errors = []
+    for pos, token in enumerate(TOKENS[:6]):
+        ours = np.asarray(engine.forward(token, pos), dtype=np.float64)
+        expected = ref.forward(token, pos)
+        errors.append(np.abs(ours - expected).max() / np.abs(expected).max())
+        assert errors[-1] < 1e-2, f"position {pos}: relative error {errors[-1]:.2e}"
+    assert np.median(errors) < TYPICAL
