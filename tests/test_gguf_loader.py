@@ -149,6 +149,16 @@ def test_truncated_file(model, keep):
     assert "truncated" in message
 
 
+@pytest.mark.parametrize("qtype", ["q4_k", "q6_k", "q5_1"])
+def test_truncated_block_tensor(tmp_path, qtype):
+    """The last tensor of a file of K-quant or 5-bit blocks cut short: refused, naming it."""
+    path = write_random_gguf(tmp_path / "m.gguf", qtype=qtype, dim=256, hidden_dim=512)
+    last = gguf.GGUFReader(path).tensors[-1].name
+    path.write_bytes(path.read_bytes()[:-100])
+    message = _error(path)
+    assert f"tensor {last}" in message and "truncated download?" in message
+
+
 def test_tensor_past_the_end(model):
     parts, reader = _tensor_parts(model, "blk.1.ffn_down.weight")
     del reader
