@@ -14,12 +14,15 @@ Block layouts (ggml-common.h; every fp16 is a binary16, scales are unsigned unle
 
 As llama.cpp does it (``ggml_vec_dot_q4_K_q8_K`` and friends), the activation is quantised once per
 product to Q8_K (256 int8 with one float32 scale d_x and the sums of each 16 q_x), and each super-block
-contributes ``d_x * d * Σ_j sc_j Σ q_w q_x - d_x * dmin * Σ_j m_j Σ q_x``. The sums are exact int32 (the
-products of one super-block stay below 2^27); the float part is two fused multiply-adds per super-block
-into one float32 accumulator, in block order: ``fmaf`` in C, the same single rounding as any FMA
-hardware. The integer sums of 16 or 32 values use AVX2 (``maddubs``/``madd``) when built for it and
-plain C otherwise; either way they are exact, so the AVX2 and portable builds give identical bits.
-There is no AVX-512 path (an AVX-512 machine runs the AVX2 code, with the same bits).
+contributes ``d_x * d * Σ_j sc_j Σ q_w q_x - d_x * dmin * Σ_j m_j Σ q_x``. The sums are exact int32 (a
+super-block's sums stay below 2^28); the float part is two fused multiply-adds per super-block into one
+float32 accumulator, in block order: ``fmaf`` in C, the same single rounding as any FMA hardware. With
+AVX2 a super-block is unpacked in registers, its 32-value int8 dots are 8 int32 lanes
+(``maddubs``/``madd``) multiplied by their sub-block scales and summed once; the portable C path unpacks
+to int8[256] and sums in plain C. The integers are exact either way, so the AVX2 and portable
+(``PYLLAMA_PORTABLE=1``) builds give identical bits (checked: every type at three row lengths, an AVX2
+build against a portable one, bit for bit). There is no AVX-512 path (an AVX-512 machine runs the AVX2
+code, with the same bits).
 """
 
 from libc.stdint cimport uint8_t

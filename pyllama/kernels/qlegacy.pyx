@@ -22,7 +22,8 @@ reduced in a fixed order, then the last cols mod 32 products in order.
 
 AVX2 (with FMA) and the portable C path compute the same integers and the same float operations (one
 rounding per fused multiply-add: ``_mm256_fmadd_ps`` or ``fmaf``), so the two builds give identical
-bits; the tests compare both against gguf-py. There is no AVX-512 path here (an AVX-512 machine runs
+bits (checked: every type at three row lengths, an AVX2 build against a portable one, bit for bit); the
+tests compare either against gguf-py. There is no AVX-512 path here (an AVX-512 machine runs
 the AVX2 code, with the same bits).
 """
 
