@@ -13,8 +13,9 @@ the KV cache. Measured here: on the tiny models the margins equal llama.cpp's to
 way, and the tests bound the agreement rate over the positions whose llama.cpp margin is 0.02 or more,
 require agreement wherever the margin is large, and bound the median margin difference.
 
-Three of the 40 tiny-model runs list one margin fewer than ids; they are compared on the positions the
-list covers (its leading ones: the first margins there equal pyllama's).
+Three of the 40 tiny-model runs list one margin fewer than ids. Comparing pyllama's margins with the list
+shows the missing one is inside it (the list's head matches position for position, its tail one
+position later), and where cannot be told; those three runs are left out.
 """
 
 from __future__ import annotations
@@ -26,19 +27,20 @@ from conftest import read_jsonl, shared_file
 from pyllama.checkpoint import load_checkpoint
 from pyllama.model import Model
 
-# (file, agreement at margin >= 0.02 measured with this build; the bound asserted)
-# The issue asks for 99% on these files; measured 96.7-99.2% (below): the gap is rounding flips as
-# described above, not arithmetic (the margins match to 1e-4 until the first flip), and it is reported.
+# agreement at llama.cpp margin >= 0.02, measured with this build (positions considered, misses); the bound
+# asserted. The issue asks for 99%: met on the Q5_1 and Q6_K files, not on the three whose main types
+# (Q4_0, Q4_K) llama.cpp's AVX2 build repacks into interleaved blocks, which sum in yet another order
+# (a likely cause, not a verified one).
 TINY_FILES = {
-    "tiny-llama-q3_k_m.gguf": 0.96,  # measured 0.967 (19 misses)
-    "tiny-llama-q4_0.gguf": 0.98,  # measured 0.987
-    "tiny-llama-q4_k_m.gguf": 0.98,  # measured 0.988
-    "tiny-llama-q5_1.gguf": 0.975,  # measured 0.981
-    "tiny-llama-q6_k.gguf": 0.985,  # measured 0.992
+    "tiny-llama-q3_k_m.gguf": 0.96,  # measured 0.967 (457 positions, 15 misses)
+    "tiny-llama-q4_0.gguf": 0.98,  # measured 0.987 (601, 8)
+    "tiny-llama-q4_k_m.gguf": 0.98,  # measured 0.988 (594, 7)
+    "tiny-llama-q5_1.gguf": 0.99,  # measured 0.996 (469, 2)
+    "tiny-llama-q6_k.gguf": 0.99,  # measured 0.994 (472, 3)
 }
-TINY_ALWAYS_ABOVE = 1.0  # no disagreement where llama.cpp's margin is 1.0 or more (largest measured: 0.59)
+TINY_ALWAYS_ABOVE = 1.0  # no disagreement where llama.cpp's margin is 1.0 or more (largest measured: 0.061)
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_AGREEMENT = 0.95  # measured 0.973 (17 misses)
+SMOLLM2_AGREEMENT = 0.95  # measured 0.973 (633 positions, 17 misses)
 SMOLLM2_ALWAYS_ABOVE = 2.0  # largest margin at which the two differ, measured: 0.81
 # median |pyllama margin - llama.cpp margin| over agreeing positions, measured 0.086 on SmolLM2 (30 layers:
 # today's Q8_0 path measured 0.088 on SmolLM2 requantised to Q8_0) and 0.009-0.020 on the tiny files
@@ -60,7 +62,7 @@ def teacher_forced(path, runs: list[dict]) -> tuple[np.ndarray, np.ndarray, np.n
         model.reset()
         prompt, ids, margins = run["prompt_ids"], run["ids"], run["top1_minus_top2_logprob"]
         sequence = prompt + ids
-        for pos in range(len(prompt) + len(margins) - 1):
+        for pos in range(len(sequence) - 1):
             logits = model.forward(sequence[pos], pos)
             i = pos - (len(prompt) - 1)
             if i >= 0:
@@ -84,6 +86,8 @@ def test_tiny_quantised_models_agree_with_llama_cpp(name):
     path = shared_file(f"quant/{name}")
     runs = [r for r in read_jsonl("quant/reference-quant.jsonl") if r["model"] == name]
     assert len(runs) == 8
+    runs = [r for r in runs if len(r["top1_minus_top2_logprob"]) == len(r["ids"])]  # see the docstring
+    assert len(runs) >= 7
     agree, theirs, ours = teacher_forced(path, runs)
     _check(agree, theirs, ours, TINY_FILES[name], TINY_ALWAYS_ABOVE, TINY_MEDIAN_MARGIN_DIFF)
 
