@@ -13,9 +13,9 @@ the KV cache. Measured here: on the tiny models the margins equal llama.cpp's to
 way, and the tests bound the agreement rate over the positions whose llama.cpp margin is 0.02 or more,
 require agreement wherever the margin is large, and bound the median margin difference.
 
-Three of the 40 tiny-model runs list one margin fewer than ids. Comparing pyllama's margins with the list
-shows the missing one is inside it (the list's head matches position for position, its tail one
-position later), and where cannot be told; those three runs are left out.
+Three of the 40 tiny-model runs list one margin fewer than ids. For two of them pyllama's margins match
+the list's head position for position and its tail one position later, so the missing entry is inside the
+list, where cannot be told; those three runs are left out.
 """
 
 from __future__ import annotations
