@@ -104,10 +104,11 @@ cdef class Engine:
         buffers = {
             "x": self.dim, "xb": widest, "xb2": self.dim, "hb": self.hidden_dim, "hb2": self.hidden_dim,
             "q": self.q_dim, "k": self.kv_dim, "v": self.kv_dim, "att_out": self.q_dim,
-            "logits": self.vocab_size, "qs_scales": widest,
+            "logits": self.vocab_size, "qs_scales": widest, "qs_sums": widest // 32 + 1,
         }
         self._buffers = {name: np.zeros(n, dtype=np.float32) for name, n in buffers.items()}
         self._buffers["qs_q"] = np.zeros(widest, dtype=np.int8)
+        self._buffers["qs_bsums"] = np.zeros(widest // 16 + 1, dtype=np.int16)
 
         def ptr(name):
             return <size_t>self._buffers[name].ctypes.data
@@ -124,6 +125,8 @@ cdef class Engine:
         self.logits = <float*><size_t>ptr("logits")
         self.qscratch.q = <signed char*><size_t>ptr("qs_q")
         self.qscratch.scales = <float*><size_t>ptr("qs_scales")
+        self.qscratch.sums = <float*><size_t>ptr("qs_sums")
+        self.qscratch.bsums = <short*><size_t>ptr("qs_bsums")
         self.logits_view = self._buffers["logits"].view()
         self.logits_view.flags.writeable = False
 

@@ -7,7 +7,9 @@ for ``qwen2`` (NEOX), theta_i = pos / base^(2i / n_rot), grouped-query attention
 SwiGLU, and a tied classifier when the file has no ``output.weight``. Weights are dequantised with
 numpy here (F16: ``astype``; Q8_0: d * qs per 32-block). With ``quantize_activations`` it also
 applies llama.cpp's activation quantisation before every Q8_0 matmul (d = fp16(amax / 127),
-q = round-half-even(x * 127 / amax)), so what remains between it and the engine is float32 rounding.
+q = round-half-even(x * 127 / amax)), and llama.cpp's products for the other block types
+(``quant_reference.reference_product``: Q8_0/Q8_1/Q8_K activations, gguf-py's dequantizer), so what
+remains between it and the engine is float32 rounding.
 """
 
 from __future__ import annotations
@@ -17,10 +19,28 @@ from pathlib import Path
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as GT
+from quant_reference import ACTIVATION, random_blocks, reference_product, split_weights
 
 SHARED_MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 
-TYPES = {"f32": GT.F32, "f16": GT.F16, "q8_0": GT.Q8_0, "bf16": GT.BF16, "q4_0": GT.Q4_0}  # the last two: unsupported
+TYPES = {
+    "f32": GT.F32,
+    "f16": GT.F16,
+    "q8_0": GT.Q8_0,
+    "bf16": GT.BF16,
+    "q4_0": GT.Q4_0,
+    "q4_1": GT.Q4_1,
+    "q5_0": GT.Q5_0,
+    "q5_1": GT.Q5_1,
+    # gguf-py cannot quantise these: random blocks with small scales stand in (random_blocks)
+    "iq4_nl": GT.IQ4_NL,
+    "q2_k": GT.Q2_K,
+    "q3_k": GT.Q3_K,
+    "q4_k": GT.Q4_K,
+    "q5_k": GT.Q5_K,
+    "q6_k": GT.Q6_K,
+}
+RANDOM_BLOCK_TYPES = (GT.IQ4_NL, GT.Q2_K, GT.Q3_K, GT.Q4_K, GT.Q5_K, GT.Q6_K)
 
 
 def write_random_gguf(
@@ -106,9 +126,12 @@ def write_random_gguf(
         if name in skip_tensors:
             continue
         want = TYPES[(tensor_types or {}).get(name, qtype if array.ndim == 2 else "f32")]
-        if want == GT.Q8_0 and array.shape[-1] % 32:
-            want = GT.F32
-        if want == GT.F32:
+        if want not in (GT.F32, GT.F16, GT.BF16) and array.shape[-1] % gguf.GGML_QUANT_SIZES[want][0]:
+            want = GT.F32  # like llama-quantize: a row that is not whole blocks stays float
+        if want in RANDOM_BLOCK_TYPES:
+            data = random_blocks(rng, want, array.shape[0], array.shape[1], scale=0.02 / array.shape[1] ** 0.5)
+            w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=want)
+        elif want == GT.F32:
             w.add_tensor(name, array)
         else:
             data = gguf.quants.quantize(array, want)
@@ -133,8 +156,8 @@ def dequantize(t) -> np.ndarray:
         d = blocks[:, :2].copy().view(np.float16).astype(np.float64)
         q = blocks[:, 2:].copy().view(np.int8).astype(np.float64)
         out = q * d
-    else:
-        raise ValueError(f"reference: no dequantiser for {t.tensor_type.name}")
+    else:  # the other block types and BF16: gguf-py's dequantizer
+        out = gguf.quants.dequantize(np.asarray(t.data, dtype=np.uint8), t.tensor_type).astype(np.float64)
     return out.reshape(rows, cols) if len(t.shape) > 1 else out.reshape(cols)
 
 
@@ -171,10 +194,18 @@ class NumpyGGUF:
         tensors = {t.name: t for t in r.tensors}
         self.w = {name: dequantize(t) for name, t in tensors.items()}
         self.q8 = {name for name, t in tensors.items() if t.tensor_type == GT.Q8_0}
+        # the other block types: raw blocks, multiplied as llama.cpp does (quant_reference.reference_product)
+        self.blocks = {}
+        for name, t in tensors.items():
+            if t.tensor_type in ACTIVATION and t.tensor_type != GT.Q8_0:
+                raw = np.asarray(t.data, dtype=np.uint8).reshape(int(np.prod(t.shape[1:])), -1)
+                self.blocks[name] = (raw, t.tensor_type, split_weights(raw, t.tensor_type))
         if "output.weight" not in self.w:
             self.w["output.weight"] = self.w["token_embd.weight"]
             if "token_embd.weight" in self.q8:
                 self.q8.add("output.weight")
+            if "token_embd.weight" in self.blocks:
+                self.blocks["output.weight"] = self.blocks["token_embd.weight"]
         self.quantize_activations = quantize_activations
         self.reset()
 
@@ -183,6 +214,9 @@ class NumpyGGUF:
         self.v_cache = [[] for _ in range(self.n_layers)]
 
     def mm(self, name: str, x: np.ndarray) -> np.ndarray:
+        if self.quantize_activations and name in self.blocks:
+            raw, ggml_type, split = self.blocks[name]
+            return reference_product(raw, ggml_type, x, split)[0]
         if self.quantize_activations and name in self.q8:
             x = quantize_activation_q8_0(x)
         return self.w[name] @ x

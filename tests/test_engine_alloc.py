@@ -12,6 +12,9 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+from gguf_reference import write_random_gguf
+
 MEASURE = textwrap.dedent(
     """
     import json, sys, tracemalloc
@@ -66,3 +69,12 @@ def test_a_per_token_allocation_would_be_seen(stories260k):
     # the measurement is sharp: a callback that keeps one small object per token shows up
     for short, long in _measure(stories260k, "leaky"):
         assert long[1] - short[1] > 390 * 40
+
+
+@pytest.mark.parametrize("qtype", ["q4_1", "q4_k"])
+def test_generation_loop_does_not_allocate_on_block_quantised_weights(tmp_path, qtype):
+    """The activation quantisation of the 4-bit and K-quant products uses the engine's buffers only."""
+    path = write_random_gguf(tmp_path / "m.gguf", qtype=qtype, dim=256, hidden_dim=512, vocab=512, context=512, seed=2)
+    for short, long in _measure(path, "clean"):
+        assert long == short
+        assert long[0] < 4096

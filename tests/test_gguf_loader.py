@@ -149,6 +149,16 @@ def test_truncated_file(model, keep):
     assert "truncated" in message
 
 
+@pytest.mark.parametrize("qtype", ["q4_k", "q6_k", "q5_1"])
+def test_truncated_block_tensor(tmp_path, qtype):
+    """The last tensor of a file of K-quant or 5-bit blocks cut short: refused, naming it."""
+    path = write_random_gguf(tmp_path / "m.gguf", qtype=qtype, dim=256, hidden_dim=512)
+    last = gguf.GGUFReader(path).tensors[-1].name
+    path.write_bytes(path.read_bytes()[:-100])
+    message = _error(path)
+    assert f"tensor {last}" in message and "truncated download?" in message
+
+
 def test_tensor_past_the_end(model):
     parts, reader = _tensor_parts(model, "blk.1.ffn_down.weight")
     del reader
@@ -196,11 +206,24 @@ def test_block_type_with_partial_rows(model):
 # ---- well-formed files that pyllama cannot run ---------------------------------------------------
 
 
-@pytest.mark.parametrize("qtype", ["bf16", "q4_0"])
-def test_unsupported_tensor_type(tmp_path, qtype):
-    path = write_random_gguf(tmp_path / "m.gguf", tensor_types={"blk.1.attn_v.weight": qtype})
+@pytest.mark.parametrize(("written", "patched"), [("f32", "I32"), ("f16", "I16")])
+def test_unsupported_tensor_type(tmp_path, written, patched):
+    """A well-formed matrix of a type no kernel multiplies (an integer tensor of the same byte size)."""
+    name = "blk.1.attn_v.weight"
+    path = write_random_gguf(tmp_path / "m.gguf", tensor_types={name: written})
+    parts, reader = _tensor_parts(path, name)
+    del reader
+    _patch(path, parts["type"], struct.pack("<I", int(gguf.GGMLQuantizationType[patched])))
     message = _error(path)
-    assert f"blk.1.attn_v.weight is stored as {qtype.upper()}" in message and "F32, F16, Q8_0" in message
+    assert f"{name} is stored as {patched}" in message and "F32, F16, BF16, Q8_0, Q4_0" in message
+
+
+def test_row_not_a_multiple_of_a_k_quant_block(model):
+    """A 64-value row relabelled Q4_K (256-value blocks): refused before any byte is read as blocks."""
+    parts, reader = _tensor_parts(model, "blk.0.attn_q.weight")
+    del reader
+    _patch(model, parts["type"], struct.pack("<I", int(gguf.GGMLQuantizationType.Q4_K)))
+    assert "blk.0.attn_q.weight (Q4_K) has rows of 64 values, not a multiple of the Q4_K block of 256" in _error(model)
 
 
 @pytest.mark.parametrize("arch", ["gpt2", "phi3", "mamba"])

@@ -4,10 +4,13 @@ Tolerances (relative to the largest |logit| of the position):
 * F32 and F16: the engine computes in float32 on the same weight values the reference uses (F16
   weights are converted exactly), so the difference is float32 rounding through a few layers of
   dot products of length <= 96: measured below 1e-6; 1e-5 leaves a margin of 10.
-* Q8_0: the reference applies llama.cpp's activation quantisation before each Q8_0 matmul, so both
-  compute the same integer products; measured below 2e-7. An activation that lands within float32
-  rounding of a .5 boundary can round to the neighbouring integer in one of the two (one step of
-  amax/127 in one of 32 values), which moves the logits by up to ~1e-3: 2e-3.
+* BF16 weights are widened exactly and meet the float32 activation, as F16 does: 1e-5.
+* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: the reference applies llama.cpp's activation quantisation (Q8_0 or Q8_1)
+  before each such matmul, so both compute the same integer products; measured below 2e-7. An activation
+  that lands within float32 rounding of a .5 boundary can round to the neighbouring integer in one of
+  the two (one step of amax/127 in one of 32 values), which moves the logits by up to ~1e-3: 2e-3. With
+  4- and 5-bit weights one such flip at the classifier's input measured 4.6e-3 (qwen2 Q5_1, one
+  position; all others below 3e-7): 1e-2. The median over positions stays below 1e-6 for every type.
 """
 
 from __future__ import annotations
@@ -22,9 +25,13 @@ from pyllama.checkpoint import QType, load_checkpoint
 from pyllama.checkpoint.gguf import load_gguf
 from pyllama.model import Model
 
-TOLERANCE = {"f32": 1e-5, "f16": 1e-5, "q8_0": 2e-3}
+TOLERANCE = {"f32": 1e-5, "f16": 1e-5, "bf16": 1e-5, "q8_0": 2e-3}
+TOLERANCE.update(dict.fromkeys(["q4_0", "q4_1", "q5_0", "q5_1"], 1e-2))
+TYPICAL = 1e-6  # the median over positions, for every type: flips are rare
 TOKENS = [1, 5, 17, 95, 3, 3, 40, 2, 60, 11]
 CASES = list(itertools.product(["llama", "qwen2"], ["f32", "f16", "q8_0"], [False, True]))
+# the types gguf-py writes beside them (the K-quants and IQ4_NL are checked kernel by kernel only)
+CASES += [(arch, qtype, True) for arch in ("llama", "qwen2") for qtype in ("bf16", "q4_0", "q4_1", "q5_0", "q5_1")]
 
 
 def _model_kwargs(arch: str, gqa: bool) -> dict:
@@ -42,12 +49,14 @@ def test_random_model_matches_numpy_reference(tmp_path, arch, qtype, tied):
     assert cfg.rope_style == ("neox" if arch == "qwen2" else "normal")
     assert cfg.n_kv_heads == 2 and cfg.kv_mul == 2
     engine = Model(cfg, weights, None, str(path), threads=2).engine("causal")
-    ref = NumpyGGUF(path, quantize_activations=qtype == "q8_0")
+    ref = NumpyGGUF(path, quantize_activations=qtype not in ("f32", "f16", "bf16"))
+    errors = []
     for pos, token in enumerate(TOKENS):
         ours = np.asarray(engine.forward(token, pos), dtype=np.float64)
         expected = ref.forward(token, pos)
-        err = np.abs(ours - expected).max() / np.abs(expected).max()
-        assert err < TOLERANCE[qtype], f"position {pos}: relative error {err:.2e}"
+        errors.append(np.abs(ours - expected).max() / np.abs(expected).max())
+        assert errors[-1] < TOLERANCE[qtype], f"position {pos}: relative error {errors[-1]:.2e}"
+    assert np.median(errors) < TYPICAL
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -122,3 +131,22 @@ def test_generate_through_the_model_api(tmp_path):
             token = int(np.argmax(logits))
             ids.append(token)
     assert out.ids == ids
+
+
+@pytest.mark.parametrize("qtype", ["iq4_nl", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"])
+def test_k_quant_and_iq4_nl_models_match_numpy_reference(tmp_path, qtype):
+    """Random blocks stored with gguf-py's writer (it cannot quantise these types), every matrix and
+    the tied embedding in the type, against the float64 reference with llama.cpp's Q8_0/Q8_K
+    activations; the tolerances are those of the other block types above."""
+    path = write_random_gguf(tmp_path / "m.gguf", qtype=qtype, tied=True, seed=5, dim=256, hidden_dim=512)
+    cfg, weights = load_checkpoint(path)
+    assert {t.qtype.name for t in weights.tensors()} == {qtype.upper()}
+    engine = Model(cfg, weights, None, str(path), threads=2).engine("causal")
+    ref = NumpyGGUF(path, quantize_activations=True)
+    errors = []
+    for pos, token in enumerate(TOKENS[:6]):
+        ours = np.asarray(engine.forward(token, pos), dtype=np.float64)
+        expected = ref.forward(token, pos)
+        errors.append(np.abs(ours - expected).max() / np.abs(expected).max())
+        assert errors[-1] < 1e-2, f"position {pos}: relative error {errors[-1]:.2e}"
+    assert np.median(errors) < TYPICAL

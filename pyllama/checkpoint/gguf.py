@@ -11,7 +11,8 @@ first: a matrix of ``ne = [cols, rows]`` stores row r at ``r * ne0`` (``ne0`` = 
 
 Supported: architectures ``llama`` (RoPE pairs (2i, 2i+1)) and ``qwen2`` (NEOX pairs (i, i + n_rot/2)
 and Q/K/V biases), grouped-query attention, tied embeddings (no ``output.weight``), and matrices
-stored as F32, F16 or Q8_0 (types may differ per tensor). Hyperparameters come from the
+stored in any type of ``pyllama.kernels.qtypes`` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+Q2_K-Q6_K; types may differ per tensor, the token embedding included). Hyperparameters come from the
 ``{arch}.*`` keys with llama.cpp's defaults: ``head_count_kv`` = ``head_count``, ``key_length`` =
 ``embedding_length / head_count``, ``rope.dimension_count`` = head size, ``rope.freq_base`` = 10000;
 the vocabulary size is the token list's length (or the embedding's rows when there is no list).
@@ -34,18 +35,14 @@ from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
 from gguf.gguf_reader import ReaderField
 
 from pyllama.checkpoint.gguf_meta import MalformedGGUF, MetaValue, read_metadata
-from pyllama.checkpoint.weights import LayerWeights, QType, Tensor, Weights
+from pyllama.checkpoint.weights import LayerWeights, Tensor, Weights
 from pyllama.config import ROPE_NEOX, ROPE_NORMAL, ModelConfig
 from pyllama.errors import CheckpointError
+from pyllama.kernels.qtypes import BY_GGML
 
 GGUF_MAGIC = b"GGUF"
 ROPE_STYLES = {"llama": ROPE_NORMAL, "qwen2": ROPE_NEOX}
 SUPPORTED_ARCHS = tuple(ROPE_STYLES)
-MATRIX_TYPES = {
-    GGMLQuantizationType.F32: QType.F32,
-    GGMLQuantizationType.F16: QType.F16,
-    GGMLQuantizationType.Q8_0: QType.Q8_0,
-}
 ROPE_SCALE_LINEAR = "{arch}.rope.scale_linear"  # the old name of rope.scaling.factor
 GGML_MAX_DIMS = 4
 # Bounds no real model comes near; a header outside them is corrupt, not a model.
@@ -342,14 +339,25 @@ class _Tensors:
         """A weight matrix of ``rows`` outputs by ``cols`` inputs: GGUF ne = [cols, rows]."""
         t = self.get(tname)
         self._check_shape(t, [cols, rows])
-        qtype = MATRIX_TYPES.get(t.tensor_type)
-        if qtype is None:
-            supported = ", ".join(q.name for q in MATRIX_TYPES)
+        stored = BY_GGML.get(t.tensor_type)
+        if stored is None:
+            supported = ", ".join(st.ggml.name for st in BY_GGML.values())
             raise CheckpointError(
                 f"{self.name}: tensor {tname} is stored as {t.tensor_type.name}; pyllama multiplies {supported} "
-                "matrices (convert the model to one of them, e.g. llama-quantize ... Q8_0)"
+                "matrices (convert the model to one of them, e.g. llama-quantize ... Q4_K_M)"
             )
-        return Tensor(tname, qtype, rows, cols, t.data.reshape(rows, -1))
+        if cols % stored.block:
+            raise CheckpointError(
+                f"{self.name}: tensor {tname} ({stored.ggml.name}) has rows of {cols} values, "
+                f"not a multiple of the {stored.ggml.name} block of {stored.block}"
+            )
+        expected = rows * (cols // stored.block) * stored.block_bytes
+        if t.data.nbytes != expected:
+            raise CheckpointError(
+                f"{self.name}: tensor {tname} ({stored.ggml.name} {rows}x{cols}) holds {t.data.nbytes:,} bytes, "
+                f"{stored.ggml.name} blocks of {stored.block} values in {stored.block_bytes} bytes need {expected:,}"
+            )
+        return Tensor(tname, stored.qtype, rows, cols, t.data.reshape(rows, -1))
 
     def vector(self, tname: str, n: int) -> np.ndarray:
         """A norm weight or bias as float32[n]: a view when stored as F32, a small copy from F16."""

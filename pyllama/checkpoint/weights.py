@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 
 class QType(IntEnum):
@@ -19,6 +20,18 @@ class QType(IntEnum):
     F16 = 1  # IEEE half rows, converted on the fly
     Q8_0 = 2  # ggml Q8_0: blocks of (f16 scale, 32 x int8)
     Q8_GROUPS = 3  # llama2.c version 2: int8 rows, then one float32 scale per group
+    # ggml block types (kernels/qlegacy.pyx, kernels/kquants.pyx; the table is kernels/qtypes.py)
+    Q4_0 = 4
+    Q4_1 = 5
+    Q5_0 = 6
+    Q5_1 = 7
+    IQ4_NL = 8
+    BF16 = 9
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
 
 
 @dataclass
@@ -51,6 +64,11 @@ class Tensor:
             d = blocks[:, :2].copy().view(np.float16).astype(np.float32)
             q = blocks[:, 2:].view(np.int8).astype(np.float32)
             return (q * d).reshape(self.rows, self.cols)
+        if self.qtype.name in GGMLQuantizationType.__members__:  # the ggml block types: gguf-py's dequantizer
+            from gguf.quants import dequantize
+
+            ggml_type = GGMLQuantizationType[self.qtype.name]
+            return dequantize(np.asarray(self.data, dtype=np.uint8).reshape(self.rows, -1), ggml_type)
         raise ValueError(f"unknown qtype {self.qtype}")
 
 

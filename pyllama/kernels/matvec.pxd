@@ -5,6 +5,18 @@ cdef enum:
     QTYPE_F16 = 1
     QTYPE_Q8_0 = 2
     QTYPE_Q8_GROUPS = 3
+    # ggml block types multiplied by qlegacy.pyx and kquants.pyx (the table: kernels/qtypes.py)
+    QTYPE_Q4_0 = 4
+    QTYPE_Q4_1 = 5
+    QTYPE_Q5_0 = 6
+    QTYPE_Q5_1 = 7
+    QTYPE_IQ4_NL = 8
+    QTYPE_BF16 = 9
+    QTYPE_Q2_K = 10
+    QTYPE_Q3_K = 11
+    QTYPE_Q4_K = 12
+    QTYPE_Q5_K = 13
+    QTYPE_Q6_K = 14
 
 cdef struct Matrix:
     int qtype
@@ -17,12 +29,14 @@ cdef struct Matrix:
 cdef struct QuantScratch:
     # the activation vector quantised once per matvec for the integer kernels
     signed char* q           # int8[cols]
-    float* scales            # one per group of 32 (Q8_0) or group_size (Q8_GROUPS)
+    float* scales            # one per group of 32 (Q8_0, Q8_1), 256 (Q8_K) or group_size (Q8_GROUPS)
+    float* sums              # Q8_1: fp16(d * sum(q)) per group of 32
+    short* bsums             # Q8_K: the sum of each 16 int8 values
 
 cdef float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil
 cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows, Py_ssize_t cols,
                      int n_threads) noexcept nogil
-cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols)
+cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_pos=*)
 cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil
 cdef void embedding_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil
 cdef Matrix matrix_of(object tensor)

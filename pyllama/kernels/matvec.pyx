@@ -12,7 +12,8 @@ memory-bound product needs (measured on the stories110M matrices at 2 threads: 1
 Each of the four rows gets exactly ``dot_f32``'s arithmetic (same lanes, same reduction order), so a
 row's value does not depend on which group it falls in; the tests check this bit for bit.
 
-``matvec`` dispatches on the stored type; quantised types live in ``quant.pyx``.
+``matvec`` dispatches on the stored type; quantised types live in ``quant.pyx`` (F16, Q8_0, llama2.c
+int8 groups), ``qlegacy.pyx`` (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, BF16) and ``kquants.pyx`` (Q2_K-Q6_K).
 """
 
 from cython.parallel cimport prange
@@ -20,6 +21,8 @@ from cython.parallel cimport prange
 import numpy as np
 
 from pyllama.kernels.quant cimport matvec_f16, matvec_q8_0, matvec_q8_groups, dequantize_row
+from pyllama.kernels.qlegacy cimport matmul_qlegacy, dequantize_row_qlegacy
+from pyllama.kernels.kquants cimport matmul_kquant, dequantize_row_kquant
 
 DEF WIDE = 64  # 8 independent 8-float vectors: enough FMAs in flight to hide their latency
 DEF LANES = 16
@@ -131,6 +134,10 @@ cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scra
         matvec_q8_0(out, m, x, scratch, n_threads)
     elif m.qtype == QTYPE_Q8_GROUPS:
         matvec_q8_groups(out, m, x, scratch, n_threads)
+    elif QTYPE_Q4_0 <= m.qtype <= QTYPE_BF16:
+        matmul_qlegacy(out, m, x, 1, scratch, n_threads)
+    elif QTYPE_Q2_K <= m.qtype <= QTYPE_Q6_K:
+        matmul_kquant(out, m, x, 1, scratch, n_threads)
 
 
 cdef void embedding_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:
@@ -141,6 +148,10 @@ cdef void embedding_row(float* out, const Matrix* m, Py_ssize_t row) noexcept no
         src = (<const float*>m.data) + row * m.cols
         for j in range(m.cols):
             out[j] = src[j]
+    elif QTYPE_Q4_0 <= m.qtype <= QTYPE_BF16:
+        dequantize_row_qlegacy(out, m, row)
+    elif QTYPE_Q2_K <= m.qtype <= QTYPE_Q6_K:
+        dequantize_row_kquant(out, m, row)
     else:
         dequantize_row(out, m, row)
 
@@ -171,11 +182,16 @@ cdef Matrix matrix_of(object tensor):
     return m
 
 
-cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols):
-    """Point ``scratch`` at new buffers for products over ``cols`` inputs; keep the returned owner alive."""
-    owner = (np.zeros(max(cols, 1), dtype=np.int8), np.zeros(max(cols, 1), dtype=np.float32))
+cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_pos=1):
+    """Point ``scratch`` at new buffers for products over ``cols`` inputs at ``n_pos`` positions (the
+    activation quantised to Q8_0, Q8_1, Q8_K or int8 groups); keep the returned owner alive."""
+    n = max(cols * n_pos, 1)
+    owner = (np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.float32),
+             np.zeros(n // 32 + 1, dtype=np.float32), np.zeros(n // 16 + 1, dtype=np.int16))
     scratch.q = <signed char*><size_t>owner[0].ctypes.data
     scratch.scales = <float*><size_t>owner[1].ctypes.data
+    scratch.sums = <float*><size_t>owner[2].ctypes.data
+    scratch.bsums = <short*><size_t>owner[3].ctypes.data
     return owner
 
 
@@ -190,4 +206,38 @@ def matvec_tensor(tensor, const float[::1] x, int n_threads=1):
     cdef float[::1] o = out
     with nogil:
         matvec(&o[0], &m, &x[0], &scratch, n_threads)
+    return out
+
+
+def matmul_tensor(tensor, const float[:, ::1] x, int n_threads=1):
+    """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for a weight ``Tensor`` of a block type (qlegacy, kquants),
+    through the block kernels: each element is bit-identical to ``matvec_tensor`` on x[p]."""
+    if tensor.cols != x.shape[1] or tensor.cols == 0 or tensor.rows == 0 or x.shape[0] == 0:
+        raise ValueError(f"matmul: W is {tensor.rows}x{tensor.cols} but x is {x.shape[0]}x{x.shape[1]}")
+    cdef Matrix m = matrix_of(tensor)
+    if not (QTYPE_Q4_0 <= m.qtype <= QTYPE_BF16 or QTYPE_Q2_K <= m.qtype <= QTYPE_Q6_K):
+        raise ValueError(f"matmul_tensor: {tensor.qtype!r} has no block kernel here")
+    cdef Py_ssize_t n_pos = x.shape[0]
+    cdef QuantScratch scratch
+    _owner = quant_scratch(&scratch, tensor.cols, n_pos)  # keeps the buffers alive
+    out = np.zeros((n_pos, tensor.rows), dtype=np.float32)
+    cdef float[:, ::1] o = out
+    with nogil:
+        if m.qtype <= QTYPE_BF16:
+            matmul_qlegacy(&o[0, 0], &m, &x[0, 0], n_pos, &scratch, n_threads)
+        else:
+            matmul_kquant(&o[0, 0], &m, &x[0, 0], n_pos, &scratch, n_threads)
+    return out
+
+
+def embedding_row_tensor(tensor, Py_ssize_t row):
+    """Row ``row`` of a weight ``Tensor`` of any stored type as float32, through ``embedding_row``."""
+    if not 0 <= row < tensor.rows:
+        raise IndexError(f"row {row} is outside a tensor of {tensor.rows} rows")
+    cdef Matrix m = matrix_of(tensor)
+    out = np.zeros(tensor.cols, dtype=np.float32)
+    cdef float[::1] o = out
+    if tensor.cols:
+        with nogil:
+            embedding_row(&o[0], &m, row)
     return out

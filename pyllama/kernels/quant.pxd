@@ -5,3 +5,4 @@ cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch*
 cdef void matvec_q8_groups(float* out, const Matrix* m, const float* x, QuantScratch* scratch,
                            int n_threads) noexcept nogil
 cdef void dequantize_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil
+cdef void quantize_q8_0(signed char* q, float* scales, const float* x, Py_ssize_t n) noexcept nogil

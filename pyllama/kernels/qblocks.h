@@ -1,0 +1,184 @@
+/* ggml block formats multiplied on their own blocks: the shared C of qlegacy.pyx and kquants.pyx.
+ *
+ * Layouts are ggml's (ggml-common.h; gguf-py's quants.py reads the same bytes). A weight row is
+ * multiplied with an activation vector that was quantised once per product to the type llama.cpp
+ * pairs with the weight type (its vec_dot_type): Q8_0 (32 int8 and one scale), Q8_1 (the same plus
+ * s = d * sum(q)), or Q8_K (256 int8, one float32 scale and the sums of each 16 values).
+ *
+ * Every integer part is exact, whatever path computes it. Every float operation is written out with
+ * an explicit order: fused multiply-adds are fmaf() in C and _mm256_fmadd_ps with AVX2, both one
+ * rounding, so the AVX2 and the portable (PYLLAMA_PORTABLE=1) builds give the same bits. Nothing is
+ * left to the compiler's contraction of a*b+c.
+ */
+#ifndef PYLLAMA_QBLOCKS_H
+#define PYLLAMA_QBLOCKS_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+#define PYLLAMA_QBLOCKS_AVX2 1
+#else
+#define PYLLAMA_QBLOCKS_AVX2 0
+#endif
+
+#define PYLLAMA_QK 32    /* values per Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q8_0/Q8_1 block */
+#define PYLLAMA_QK_K 256 /* values per K-quant / Q8_K super-block */
+
+#if defined(__GNUC__)
+#define pyllama_qprefetch(p) __builtin_prefetch((const void*)(p), 0, 3)
+#else
+#define pyllama_qprefetch(p) ((void)0)
+#endif
+#define PYLLAMA_QPREFETCH_AHEAD 4096 /* one page ahead of the mapped weight stream (see quant.pyx) */
+
+/* ---- binary16 / bfloat16 -> float32 (exact) and float32 -> binary16 (nearest-even) ---- */
+#if defined(__F16C__)
+static inline float pyllama_qh2f(uint16_t h) { return _cvtsh_ss(h); }
+static inline uint16_t pyllama_qf2h(float x) { return (uint16_t)_cvtss_sh(x, 0); }
+#else
+static inline float pyllama_qbits_f32(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
+static inline uint32_t pyllama_qf32_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
+/* the branch-free conversions of Maratyszcza's FP16 library, as ggml has them */
+static inline float pyllama_qh2f(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & UINT32_C(0x80000000);
+    const uint32_t two_w = w + w;
+    const float normalized = pyllama_qbits_f32((two_w >> 4) + (UINT32_C(0xE0) << 23)) * 0x1.0p-112f;
+    const float denormalized = pyllama_qbits_f32((two_w >> 17) | (UINT32_C(126) << 23)) - 0.5f;
+    const uint32_t bits = two_w < (UINT32_C(1) << 27) ? pyllama_qf32_bits(denormalized)
+                                                       : pyllama_qf32_bits(normalized);
+    return pyllama_qbits_f32(sign | bits);
+}
+static inline uint16_t pyllama_qf2h(float f) {
+    float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
+    const uint32_t w = pyllama_qf32_bits(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & UINT32_C(0x80000000);
+    uint32_t bias = shl1_w & UINT32_C(0xFF000000);
+    if (bias < UINT32_C(0x71000000)) bias = UINT32_C(0x71000000);
+    base = pyllama_qbits_f32((bias >> 1) + UINT32_C(0x07800000)) + base;
+    const uint32_t bits = pyllama_qf32_bits(base);
+    const uint32_t nonsign = ((bits >> 13) & UINT32_C(0x00007C00)) + (bits & UINT32_C(0x00000FFF));
+    return (uint16_t)((sign >> 16) | (shl1_w > UINT32_C(0xFF000000) ? UINT16_C(0x7E00) : nonsign));
+}
+#endif
+static inline float pyllama_bf2f(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+}
+static inline float pyllama_half_at(const uint8_t* p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return pyllama_qh2f(h);
+}
+
+/* ---- the quantised activation of one position ---- */
+typedef struct {
+    const int8_t* q;      /* int8[cols] */
+    const float* d;       /* one scale per block (Q8_0/Q8_1: per 32, the fp16 value; Q8_K: per 256) */
+    const float* s;       /* Q8_1: fp16(d * sum(q)) per 32, as float32 */
+    const int16_t* bsums; /* Q8_K: the sum of each 16 q */
+    const float* x;       /* BF16: the float32 activation itself */
+} pyllama_qact;
+
+/* Q8_1 (ggml's x86 quantize_row_q8_1): d = amax / 127 stored as fp16, q = rint(x * 127 / amax),
+   s = fp16(d * sum(q)) with the float32 d. */
+static inline void pyllama_quantize_q8_1(int8_t* q, float* d, float* s, const float* x, ptrdiff_t n) {
+    for (ptrdiff_t b = 0; b < n / PYLLAMA_QK; b++) {
+        const float* xb = x + PYLLAMA_QK * b;
+        float amax = 0.0f;
+        for (int k = 0; k < PYLLAMA_QK; k++) amax = amax >= fabsf(xb[k]) ? amax : fabsf(xb[k]);
+        const float db = amax / 127.0f;
+        const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int32_t sum = 0;
+        for (int k = 0; k < PYLLAMA_QK; k++) {
+            const int v = (int)rintf(xb[k] * inv);
+            q[PYLLAMA_QK * b + k] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = pyllama_qh2f(pyllama_qf2h(db));
+        s[b] = pyllama_qh2f(pyllama_qf2h(db * (float)sum));
+    }
+}
+
+/* Q8_K (ggml's quantize_row_q8_K_ref, which x86 uses): the value of largest magnitude (the first
+   one) sets iscale = -127 / max, q = min(127, nearest-even(iscale * x)), d = 1 / iscale, and the
+   sums of each 16 q. An all-zero block gets d = 0, q = 0. */
+static inline void pyllama_quantize_q8_k(int8_t* q, float* d, int16_t* bsums, const float* x, ptrdiff_t n) {
+    for (ptrdiff_t b = 0; b < n / PYLLAMA_QK_K; b++) {
+        const float* xb = x + PYLLAMA_QK_K * b;
+        int8_t* qb = q + PYLLAMA_QK_K * b;
+        float amax = 0.0f, vmax = 0.0f;
+        for (int k = 0; k < PYLLAMA_QK_K; k++) {
+            const float ax = fabsf(xb[k]);
+            if (ax > amax) { amax = ax; vmax = xb[k]; }
+        }
+        if (amax == 0.0f) {
+            memset(qb, 0, PYLLAMA_QK_K);
+            for (int j = 0; j < 16; j++) bsums[16 * b + j] = 0;
+            d[b] = 0.0f;
+            continue;
+        }
+        const float iscale = -127.0f / vmax;
+        for (int k = 0; k < PYLLAMA_QK_K; k++) {
+            const int v = (int)rintf(iscale * xb[k]);
+            qb[k] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int k = 0; k < 16; k++) sum += qb[16 * j + k];
+            bsums[16 * b + j] = (int16_t)sum;
+        }
+        d[b] = 1.0f / iscale;
+    }
+}
+
+/* ---- exact int8 dot products ---- */
+/* sum_k w[k] x[k] over 32 values, as 8 int32 lanes: lane l holds k = 4l..4l+3. |w| <= 128, |x| <= 127. */
+#if PYLLAMA_QBLOCKS_AVX2
+static inline __m256i pyllama_lanes_i8(__m256i w, __m256i x) {
+    const __m256i aw = _mm256_sign_epi8(w, w); /* |w| as unsigned bytes: -128 gives 128, exact */
+    const __m256i sx = _mm256_sign_epi8(x, w); /* x * sign(w) */
+    /* byte pairs to int16: |sum| <= 2 * 128 * 127 < 32767, so maddubs never saturates */
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+}
+/* unsigned weights w <= 31 need no sign trick */
+static inline __m256i pyllama_lanes_u8(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+static inline int32_t pyllama_hsum_i32x4(__m128i v) {
+    v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(v);
+}
+#endif
+
+/* the two sums of 16 of a 32-value int8 dot: *lo = sum over k < 16, *hi = sum over 16 <= k < 32 */
+static inline void pyllama_dot32_halves(const int8_t* w, const int8_t* x, int32_t* lo, int32_t* hi) {
+#if PYLLAMA_QBLOCKS_AVX2
+    const __m256i l = pyllama_lanes_i8(_mm256_loadu_si256((const __m256i*)w),
+                                       _mm256_loadu_si256((const __m256i*)x));
+    *lo = pyllama_hsum_i32x4(_mm256_castsi256_si128(l));
+    *hi = pyllama_hsum_i32x4(_mm256_extracti128_si256(l, 1));
+#else
+    int32_t a = 0, b = 0;
+    for (int k = 0; k < 16; k++) a += (int32_t)w[k] * x[k];
+    for (int k = 16; k < 32; k++) b += (int32_t)w[k] * x[k];
+    *lo = a;
+    *hi = b;
+#endif
+}
+
+static inline float pyllama_qreduce8(const float* a) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+#endif /* PYLLAMA_QBLOCKS_H */

@@ -1,0 +1,281 @@
+"""Products over ggml's 32-value block types and BF16, on their own blocks (never expanded to float32).
+
+Block layouts (ggml-common.h), weight value per element:
+
+* ``Q4_0`` (18 bytes): fp16 d, 16 bytes of nibbles; w = d * (q - 8). Activation: Q8_0.
+* ``Q4_1`` (20 bytes): fp16 d, fp16 m, nibbles; w = d * q + m. Activation: Q8_1.
+* ``Q5_0`` (22 bytes): fp16 d, 32 high bits, nibbles; w = d * (q - 16). Activation: Q8_0.
+* ``Q5_1`` (24 bytes): fp16 d, fp16 m, 32 high bits, nibbles; w = d * q + m. Activation: Q8_1.
+* ``IQ4_NL`` (18 bytes): fp16 d, nibbles indexing a 16-entry int8 table; w = d * table[q]. Activation: Q8_0.
+* ``BF16``: bfloat16 rows, widened exactly to float32 as they are read. The activation stays float32
+  (llama.cpp rounds it to BF16 for its BF16 products; as for F16, pyllama keeps the more accurate
+  float32 and documents the difference).
+
+Low nibbles are the block's elements 0-15, high nibbles 16-31; high bit j of a 5-bit type is bit j
+of the little-endian uint32. The arithmetic is llama.cpp's (``ggml_vec_dot_q4_0_q8_0`` and friends):
+per block, the integer products are summed exactly in 8 int32 lanes (lane l: elements 4l..4l+3),
+each lane is converted to float32 and fused-multiply-added with ``d_w * d_x`` into one of two
+accumulators (even and odd blocks), which are added lane-wise and reduced in a fixed order. For
+Q4_1/Q5_1 the offset term ``m_w * s_x`` (s = d_x * sum q_x, from the Q8_1 activation) is a separate
+float32 sum over the blocks in order, added at the end. BF16 rows use 32 float lanes (j mod 32),
+reduced in a fixed order, then the last cols mod 32 products in order.
+
+AVX2 (with FMA) and the portable C path compute the same integers and the same float operations (one
+rounding per fused multiply-add: ``_mm256_fmadd_ps`` or ``fmaf``), so the two builds give identical
+bits (checked: every type at three row lengths, an AVX2 build against a portable one, bit for bit); the
+tests compare either against gguf-py. There is no AVX-512 path here (an AVX-512 machine runs
+the AVX2 code, with the same bits).
+"""
+
+from libc.stdint cimport uint8_t
+
+from pyllama.kernels.matvec cimport (Matrix, QuantScratch, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
+                                     QTYPE_IQ4_NL, QTYPE_BF16)
+from pyllama.kernels.qproduct cimport (pyllama_qact, row_dot_fn, quant_product, ACT_Q8_0, ACT_Q8_1, ACT_F32)
+
+cdef extern from *:
+    """
+    #include "qblocks.h"
+
+    enum { PL_Q4_0, PL_Q4_1, PL_Q5_0, PL_Q5_1, PL_IQ4_NL };
+    static const int8_t pyllama_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                    1, 13, 25, 38, 53, 69, 89, 113};
+    static const int pyllama_legacy_bytes[5] = {18, 20, 22, 24, 18};
+    static const int pyllama_legacy_qs[5] = {2, 4, 6, 8, 2};   /* where the nibbles start */
+    static const int pyllama_legacy_qh[5] = {0, 0, 2, 4, 0};   /* where the high bits start */
+    #define PL_HAS_MIN(kind) ((kind) == PL_Q4_1 || (kind) == PL_Q5_1)
+    #define PL_HAS_HIGH(kind) ((kind) == PL_Q5_0 || (kind) == PL_Q5_1)
+
+    /* a block's 32 integer weights, in element order */
+    static inline void pyllama_legacy_unpack(int kind, const uint8_t* blk, int8_t* w) {
+        const uint8_t* qs = blk + pyllama_legacy_qs[kind];
+        uint32_t h = 0;
+        if (PL_HAS_HIGH(kind)) memcpy(&h, blk + pyllama_legacy_qh[kind], 4);
+        for (int j = 0; j < 16; j++) {
+            int lo = qs[j] & 15, hi = qs[j] >> 4;
+            if (PL_HAS_HIGH(kind)) { lo |= ((h >> j) & 1) << 4; hi |= ((h >> (j + 16)) & 1) << 4; }
+            if (kind == PL_Q4_0) { lo -= 8; hi -= 8; }
+            if (kind == PL_Q5_0) { lo -= 16; hi -= 16; }
+            if (kind == PL_IQ4_NL) { lo = pyllama_iq4nl_values[lo]; hi = pyllama_iq4nl_values[hi]; }
+            w[j] = (int8_t)lo;
+            w[j + 16] = (int8_t)hi;
+        }
+    }
+
+    #if PYLLAMA_QBLOCKS_AVX2
+    static inline __m256i pyllama_legacy_unpack_avx2(int kind, const uint8_t* blk) {
+        const __m128i packed = _mm_loadu_si128((const __m128i*)(blk + pyllama_legacy_qs[kind]));
+        __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(15));
+        if (PL_HAS_HIGH(kind)) {
+            uint32_t h;
+            memcpy(&h, blk + pyllama_legacy_qh[kind], 4);
+            /* byte k takes byte k/8 of h, then keeps bit k%8: 0xFF where element k's high bit is set */
+            const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+            const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+            const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+            w = _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+        }
+        if (kind == PL_Q4_0) w = _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+        if (kind == PL_Q5_0) w = _mm256_sub_epi8(w, _mm256_set1_epi8(16));
+        if (kind == PL_IQ4_NL)
+            w = _mm256_shuffle_epi8(
+                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)pyllama_iq4nl_values)), w);
+        return w;
+    }
+
+    /* one block: acc + (d_w * d_x) * lanes, and the offset term into *mins */
+    static inline __m256 pyllama_legacy_block_avx2(int kind, const uint8_t* blk, const pyllama_qact* a,
+                                                   ptrdiff_t b, __m256 acc, float* mins) {
+        const __m256i wq = pyllama_legacy_unpack_avx2(kind, blk);
+        const __m256i xq = _mm256_loadu_si256((const __m256i*)(a->q + PYLLAMA_QK * b));
+        const __m256i lanes = PL_HAS_MIN(kind) ? pyllama_lanes_u8(wq, xq) : pyllama_lanes_i8(wq, xq);
+        const float d = pyllama_half_at(blk) * a->d[b];
+        if (PL_HAS_MIN(kind)) *mins = fmaf(pyllama_half_at(blk + 2), a->s[b], *mins);
+        return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
+    }
+    #endif
+
+    static inline ptrdiff_t pyllama_legacy_row_bytes(int kind, ptrdiff_t cols) {
+        return cols / PYLLAMA_QK * pyllama_legacy_bytes[kind];
+    }
+
+    static inline float pyllama_dot_legacy(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
+        const ptrdiff_t nb = cols / PYLLAMA_QK, bytes = pyllama_legacy_bytes[kind];
+        float a0[8], a1[8], mins = 0.0f;
+    #if PYLLAMA_QBLOCKS_AVX2
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        for (ptrdiff_t b = 0; b < nb; b += 2) {
+            const uint8_t* blk = w + bytes * b;
+            pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
+            acc0 = pyllama_legacy_block_avx2(kind, blk, a, b, acc0, &mins);
+            if (b + 1 < nb) acc1 = pyllama_legacy_block_avx2(kind, blk + bytes, a, b + 1, acc1, &mins);
+        }
+        _mm256_storeu_ps(a0, acc0);
+        _mm256_storeu_ps(a1, acc1);
+    #else
+        for (int l = 0; l < 8; l++) { a0[l] = 0.0f; a1[l] = 0.0f; }
+        for (ptrdiff_t b = 0; b < nb; b++) {
+            const uint8_t* blk = w + bytes * b;
+            if ((b & 1) == 0) pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
+            int8_t wq[32];
+            pyllama_legacy_unpack(kind, blk, wq);
+            const int8_t* xq = a->q + PYLLAMA_QK * b;
+            const float d = pyllama_half_at(blk) * a->d[b];
+            float* acc = (b & 1) ? a1 : a0;
+            for (int l = 0; l < 8; l++) {
+                int32_t s = 0;
+                for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * xq[4 * l + k];
+                acc[l] = fmaf(d, (float)s, acc[l]);
+            }
+            if (PL_HAS_MIN(kind)) mins = fmaf(pyllama_half_at(blk + 2), a->s[b], mins);
+        }
+    #endif
+        for (int l = 0; l < 8; l++) a0[l] = a0[l] + a1[l];
+        return pyllama_qreduce8(a0) + mins;
+    }
+
+    static float pyllama_dot_q4_0(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_legacy(PL_Q4_0, w, a, n);
+    }
+    static float pyllama_dot_q4_1(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_legacy(PL_Q4_1, w, a, n);
+    }
+    static float pyllama_dot_q5_0(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_legacy(PL_Q5_0, w, a, n);
+    }
+    static float pyllama_dot_q5_1(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_legacy(PL_Q5_1, w, a, n);
+    }
+    static float pyllama_dot_iq4_nl(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_legacy(PL_IQ4_NL, w, a, n);
+    }
+
+    /* BF16 row times the float32 activation: 32 lanes (j mod 32), then the tail in order */
+    static float pyllama_dot_bf16(const uint8_t* wb, const pyllama_qact* a, ptrdiff_t n) {
+        const uint16_t* w = (const uint16_t*)wb;
+        const float* x = a->x;
+        const ptrdiff_t n_main = n - n % 32;
+        float l[32];
+    #if PYLLAMA_QBLOCKS_AVX2
+        __m256 acc[4];
+        for (int k = 0; k < 4; k++) acc[k] = _mm256_setzero_ps();
+        for (ptrdiff_t j = 0; j < n_main; j += 32) {
+            pyllama_qprefetch((const char*)(w + j) + PYLLAMA_QPREFETCH_AHEAD);
+            for (int k = 0; k < 4; k++) {
+                const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)(w + j + 8 * k)));
+                acc[k] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(h, 16)),
+                                         _mm256_loadu_ps(x + j + 8 * k), acc[k]);
+            }
+        }
+        for (int k = 0; k < 4; k++) _mm256_storeu_ps(l + 8 * k, acc[k]);
+    #else
+        for (int u = 0; u < 32; u++) l[u] = 0.0f;
+        for (ptrdiff_t j = 0; j < n_main; j += 32) {
+            pyllama_qprefetch((const char*)(w + j) + PYLLAMA_QPREFETCH_AHEAD);
+            for (int u = 0; u < 32; u++) l[u] = fmaf(pyllama_bf2f(w[j + u]), x[j + u], l[u]);
+        }
+    #endif
+        for (int u = 0; u < 8; u++) l[u] = (l[u] + l[u + 8]) + (l[u + 16] + l[u + 24]);
+        float total = pyllama_qreduce8(l);
+        for (ptrdiff_t j = n_main; j < n; j++) total = fmaf(pyllama_bf2f(w[j]), x[j], total);
+        return total;
+    }
+
+    /* a row as float32: w = d * q (+ m), one rounding each (fmaf for the offset types) */
+    static void pyllama_dequantize_legacy(int kind, const uint8_t* data, ptrdiff_t r, float* out, ptrdiff_t cols) {
+        const uint8_t* row = data + r * pyllama_legacy_row_bytes(kind, cols);
+        for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK; b++) {
+            const uint8_t* blk = row + pyllama_legacy_bytes[kind] * b;
+            int8_t wq[32];
+            pyllama_legacy_unpack(kind, blk, wq);
+            const float d = pyllama_half_at(blk);
+            const float m = PL_HAS_MIN(kind) ? pyllama_half_at(blk + 2) : 0.0f;
+            for (int k = 0; k < 32; k++)
+                out[PYLLAMA_QK * b + k] = PL_HAS_MIN(kind) ? fmaf(d, (float)wq[k], m) : d * (float)wq[k];
+        }
+    }
+    """
+    int PL_Q4_0, PL_Q4_1, PL_Q5_0, PL_Q5_1, PL_IQ4_NL
+    float dot_q4_0 "pyllama_dot_q4_0"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_q4_1 "pyllama_dot_q4_1"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_q5_0 "pyllama_dot_q5_0"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_q5_1 "pyllama_dot_q5_1"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_iq4_nl "pyllama_dot_iq4_nl"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_bf16 "pyllama_dot_bf16"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    void dequantize_legacy "pyllama_dequantize_legacy"(int kind, const uint8_t* data, Py_ssize_t row, float* out,
+                                                       Py_ssize_t cols) noexcept nogil
+    Py_ssize_t legacy_row_bytes "pyllama_legacy_row_bytes"(int kind, Py_ssize_t cols) noexcept nogil
+    float bf16_to_float "pyllama_bf2f"(unsigned short h) noexcept nogil
+
+
+cdef inline int legacy_kind(int qtype) noexcept nogil:
+    if qtype == QTYPE_Q4_0:
+        return PL_Q4_0
+    if qtype == QTYPE_Q4_1:
+        return PL_Q4_1
+    if qtype == QTYPE_Q5_0:
+        return PL_Q5_0
+    if qtype == QTYPE_Q5_1:
+        return PL_Q5_1
+    return PL_IQ4_NL
+
+
+cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                         int n_threads) noexcept nogil:
+    """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for any type of this module (dispatch on m.qtype)."""
+    cdef row_dot_fn dot = <row_dot_fn>dot_q4_0
+    cdef int act = ACT_Q8_0
+    if m.qtype == QTYPE_BF16:
+        quant_product(out, m, x, n_pos, scratch, n_threads, <row_dot_fn>dot_bf16, ACT_F32, m.cols * 2)
+        return
+    if m.qtype == QTYPE_Q4_1:
+        dot, act = <row_dot_fn>dot_q4_1, ACT_Q8_1
+    elif m.qtype == QTYPE_Q5_0:
+        dot = <row_dot_fn>dot_q5_0
+    elif m.qtype == QTYPE_Q5_1:
+        dot, act = <row_dot_fn>dot_q5_1, ACT_Q8_1
+    elif m.qtype == QTYPE_IQ4_NL:
+        dot = <row_dot_fn>dot_iq4_nl
+    quant_product(out, m, x, n_pos, scratch, n_threads, dot, act, legacy_row_bytes(legacy_kind(m.qtype), m.cols))
+
+cdef void matmul_q4_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_q4_1(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_q5_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_q5_1(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_iq4_nl(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                        int n_threads) noexcept nogil:
+    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_bf16(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
+
+
+cdef void dequantize_row_qlegacy(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:
+    """out[cols] = row ``row`` of m as float32 (the token embedding lookup)."""
+    cdef Py_ssize_t j
+    cdef const unsigned short* h
+    if m.qtype == QTYPE_BF16:
+        h = (<const unsigned short*>m.data) + row * m.cols
+        for j in range(m.cols):
+            out[j] = bf16_to_float(h[j])
+        return
+    dequantize_legacy(legacy_kind(m.qtype), <const uint8_t*>m.data, row, out, m.cols)

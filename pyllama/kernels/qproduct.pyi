@@ -1,0 +1,3 @@
+import numpy as np
+
+def quantize_activation_np(x: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]: ...

@@ -1,0 +1,92 @@
+"""One product loop for every block-quantised weight type: quantise the activation, then row dots.
+
+``quant_product`` computes ``out[p, r] = W[r] · x[p]`` for ``n_pos`` positions. The activation of each
+position is quantised once, before any row is read, to the type llama.cpp pairs with the weight type
+(Q8_0, Q8_1 or Q8_K: ``act``), into ``scratch`` (sized for ``n_pos`` positions by ``quant_scratch``).
+Rows are split across OpenMP threads with a static schedule and the positions are the inner loop, so a
+weight row is read from memory once per block of positions. Element (p, r) is ``dot(W[r], act[p])``
+whatever ``n_pos``, the thread count or the row's thread: a block product is bit-identical to the
+one-position product on x[p].
+"""
+
+from cython.parallel cimport prange
+
+import numpy as np
+
+from pyllama.kernels.quant cimport quantize_q8_0
+
+cdef extern from "qblocks.h":
+    void quantize_q8_1 "pyllama_quantize_q8_1"(signed char* q, float* d, float* s, const float* x,
+                                               Py_ssize_t n) noexcept nogil
+    void quantize_q8_k "pyllama_quantize_q8_k"(signed char* q, float* d, short* bsums, const float* x,
+                                               Py_ssize_t n) noexcept nogil
+
+# Below this many multiply-adds a product runs on the calling thread: waking the OpenMP team costs
+# more than it saves (a row is one dot product whoever computes it, so the result is the same).
+DEF SERIAL_BELOW = 1 << 17
+
+
+cdef inline pyllama_qact activation_of(const QuantScratch* scratch, const float* x, Py_ssize_t cols,
+                                       Py_ssize_t p) noexcept nogil:
+    """Position p's quantised activation: every buffer holds n_pos equal strides."""
+    cdef pyllama_qact a
+    a.q = scratch.q + p * cols
+    a.d = scratch.scales + p * (cols // 32)
+    a.s = scratch.sums + p * (cols // 32)
+    a.bsums = scratch.bsums + p * (cols // 16)
+    a.x = x + p * cols
+    return a
+
+
+cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                        int n_threads, row_dot_fn dot, int act, Py_ssize_t row_bytes) noexcept nogil:
+    cdef Py_ssize_t cols = m.cols, rows = m.rows
+    cdef Py_ssize_t p, r
+    cdef const unsigned char* w = <const unsigned char*>m.data
+    cdef pyllama_qact a
+    for p in range(n_pos):
+        a = activation_of(scratch, x, cols, p)
+        if act == ACT_Q8_0:
+            quantize_q8_0(<signed char*>a.q, <float*>a.d, a.x, cols)
+        elif act == ACT_Q8_1:
+            quantize_q8_1(<signed char*>a.q, <float*>a.d, <float*>a.s, a.x, cols)
+        elif act == ACT_Q8_K:
+            quantize_q8_k(<signed char*>a.q, <float*>a.d, <short*>a.bsums, a.x, cols)
+    if rows * cols * n_pos < SERIAL_BELOW:
+        for r in range(rows):
+            for p in range(n_pos):
+                a = activation_of(scratch, x, cols, p)
+                out[p * rows + r] = dot(w + r * row_bytes, &a, cols)
+        return
+    for r in prange(rows, schedule="static", num_threads=n_threads):
+        for p in range(n_pos):
+            a = activation_of(scratch, x, cols, p)
+            out[p * rows + r] = dot(w + r * row_bytes, &a, cols)
+
+
+def quantize_activation_np(const float[::1] x, str kind):
+    """The activation quantisation of the block products, for tests: ``kind`` Q8_0 -> (q, d, None),
+    Q8_1 -> (q, d, s), Q8_K -> (q, d, bsums)."""
+    block = {"Q8_0": 32, "Q8_1": 32, "Q8_K": 256}.get(kind)
+    if block is None:
+        raise ValueError(f"quantize_activation: unknown kind {kind!r} (Q8_0, Q8_1, Q8_K)")
+    cdef Py_ssize_t n = x.shape[0]
+    if n == 0 or n % block:
+        raise ValueError(f"quantize_activation: {n} values is not a positive multiple of {block}")
+    q = np.zeros(n, dtype=np.int8)
+    d = np.zeros(n // block, dtype=np.float32)
+    s = np.zeros(n // 32, dtype=np.float32)
+    bsums = np.zeros(n // 16, dtype=np.int16)
+    cdef signed char[::1] qv = q
+    cdef float[::1] dv = d
+    cdef float[::1] sv = s
+    cdef short[::1] bv = bsums
+    cdef int act = ACT_Q8_0 if kind == "Q8_0" else ACT_Q8_1 if kind == "Q8_1" else ACT_Q8_K
+    with nogil:
+        if act == ACT_Q8_0:
+            quantize_q8_0(&qv[0], &dv[0], &x[0], n)
+        elif act == ACT_Q8_1:
+            quantize_q8_1(&qv[0], &dv[0], &sv[0], &x[0], n)
+        else:
+            quantize_q8_k(&qv[0], &dv[0], &bv[0], &x[0], n)
+    return q, d, (None if kind == "Q8_0" else s if kind == "Q8_1" else bsums)
