@@ -1,5 +1,7 @@
 # The attention contract (DESIGN.md "The attention contract"); see base.pyx.
 
+from pyllama.kernels.threads cimport team_size
+
 cdef class Attention:
     cdef public object config          # ModelConfig: shapes and rope facts
     cdef public long long max_positions  # positions this plugin can hold; 0 until init: the context
@@ -12,6 +14,7 @@ cdef class Attention:
 
 
 cdef inline int threads_for(int n_threads, long long work) noexcept nogil:
-    # Attention over few cached rows is cheaper on the calling thread than waking the team;
-    # results do not change (a head is computed by one thread either way).
-    return 1 if work < 32768 else n_threads
+    # Attention over few cached rows is cheaper on the calling thread than waking the team
+    # (pyllama/kernels/threads.pyx has the rule and its setting); results do not change (a head is
+    # computed by one thread either way). work: rows attended x n_heads x head_dim.
+    return team_size(n_threads, work)

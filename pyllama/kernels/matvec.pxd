@@ -15,14 +15,21 @@ cdef struct Matrix:
     Py_ssize_t cols          # inputs
 
 cdef struct QuantScratch:
-    # the activation vector quantised once per matvec for the integer kernels
-    signed char* q           # int8[cols]
+    # the activation quantised once per product for the integer kernels; matmul: n_pos vectors,
+    # position p's at q + p * cols and scales + p * (cols // group) (sized by quant_scratch)
+    signed char* q           # int8[n_pos, cols]
     float* scales            # one per group of 32 (Q8_0) or group_size (Q8_GROUPS)
 
 cdef float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil
 cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows, Py_ssize_t cols,
                      int n_threads) noexcept nogil
-cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols)
+cdef void matmul_f32(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows, Py_ssize_t cols,
+                     int n_threads) noexcept nogil
+cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_pos=*)
 cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil
+# out[n_pos, m.rows] = x[n_pos, m.cols] @ W^T, each weight row read once per block; element (p, r)
+# bit-identical to matvec on x[p]
+cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                 int n_threads) noexcept nogil
 cdef void embedding_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil
 cdef Matrix matrix_of(object tensor)

@@ -12,20 +12,22 @@ memory-bound product needs (measured on the stories110M matrices at 2 threads: 1
 Each of the four rows gets exactly ``dot_f32``'s arithmetic (same lanes, same reduction order), so a
 row's value does not depend on which group it falls in; the tests check this bit for bit.
 
-``matvec`` dispatches on the stored type; quantised types live in ``quant.pyx``.
+``matvec`` dispatches on the stored type; quantised types live in ``quant.pyx``. ``matmul`` is the
+block product (prompts, teacher forcing): each weight row is read once per block of positions and
+every element keeps exactly ``matvec``'s arithmetic.
 """
 
 from cython.parallel cimport prange
 
 import numpy as np
 
-from pyllama.kernels.quant cimport matvec_f16, matvec_q8_0, matvec_q8_groups, dequantize_row
+from pyllama.kernels.quant cimport (
+    matvec_f16, matvec_q8_0, matvec_q8_groups, matmul_f16, matmul_q8_0, matmul_q8_groups, dequantize_row,
+)
+from pyllama.kernels.threads cimport team_size
 
 DEF WIDE = 64  # 8 independent 8-float vectors: enough FMAs in flight to hide their latency
 DEF LANES = 16
-# Below this many weights a matrix is multiplied on the calling thread: waking the team costs more
-# than it saves (the result is the same either way: a row is one dot product whoever computes it).
-DEF SERIAL_BELOW = 1 << 15
 
 cdef extern from *:
     """
@@ -107,7 +109,8 @@ cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows
                      int n_threads) noexcept nogil:
     cdef Py_ssize_t i, g
     cdef Py_ssize_t grouped = rows - rows % 4 if HAVE_DOT4 else 0
-    if rows * cols < SERIAL_BELOW:
+    # small matrices stay on the calling thread (threads.pyx); a row is one dot product whoever computes it
+    if team_size(n_threads, rows * cols) == 1:
         for g in range(0, grouped, 4):
             dot4_f32(w + g * cols, cols, x, cols, out + g)
     else:
@@ -120,6 +123,39 @@ cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows
             return
     for i in range(grouped, rows):
         out[i] = dot_f32(w + i * cols, x, cols)
+
+
+cdef void matmul_f32(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows, Py_ssize_t cols,
+                     int n_threads) noexcept nogil:
+    """out[p, i] = dot_f32(w[i], x[p]): a row is read once and dotted with every position (from cache)."""
+    cdef Py_ssize_t i, p
+    if team_size(n_threads, rows * cols * n_pos) == 1:
+        for i in range(rows):
+            for p in range(n_pos):
+                out[p * rows + i] = dot_f32(w + i * cols, x + p * cols, cols)
+        return
+    for i in prange(rows, schedule="static", num_threads=n_threads):
+        for p in range(n_pos):
+            out[p * rows + i] = dot_f32(w + i * cols, x + p * cols, cols)
+
+
+cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                 int n_threads) noexcept nogil:
+    """out[n_pos, rows] = x[n_pos, cols] @ W^T, each weight row read once per block of positions.
+
+    Element (p, i) is bit-identical to ``matvec`` on x[p]: the same dot product of the same type,
+    after the same activation quantisation (``scratch`` holds n_pos quantised vectors; see
+    ``quant_scratch``). Rows are split over threads with a static schedule, as in ``matvec``."""
+    if n_pos == 1:
+        matvec(out, m, x, scratch, n_threads)
+    elif m.qtype == QTYPE_F32:
+        matmul_f32(out, <const float*>m.data, x, n_pos, m.rows, m.cols, n_threads)
+    elif m.qtype == QTYPE_F16:
+        matmul_f16(out, m, x, n_pos, n_threads)
+    elif m.qtype == QTYPE_Q8_0:
+        matmul_q8_0(out, m, x, n_pos, scratch, n_threads)
+    elif m.qtype == QTYPE_Q8_GROUPS:
+        matmul_q8_groups(out, m, x, n_pos, scratch, n_threads)
 
 
 cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil:
@@ -171,9 +207,12 @@ cdef Matrix matrix_of(object tensor):
     return m
 
 
-cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols):
-    """Point ``scratch`` at new buffers for products over ``cols`` inputs; keep the returned owner alive."""
-    owner = (np.zeros(max(cols, 1), dtype=np.int8), np.zeros(max(cols, 1), dtype=np.float32))
+cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_pos=1):
+    """Point ``scratch`` at new buffers for products over ``cols`` inputs of up to ``n_pos`` positions
+    (position p's vector at q + p * cols, its scales at scales + p * (cols // group)); keep the
+    returned owner alive."""
+    n = max(cols, 1) * max(n_pos, 1)
+    owner = (np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.float32))
     scratch.q = <signed char*><size_t>owner[0].ctypes.data
     scratch.scales = <float*><size_t>owner[1].ctypes.data
     return owner
@@ -190,4 +229,18 @@ def matvec_tensor(tensor, const float[::1] x, int n_threads=1):
     cdef float[::1] o = out
     with nogil:
         matvec(&o[0], &m, &x[0], &scratch, n_threads)
+    return out
+
+
+def matmul_tensor(tensor, const float[:, ::1] x, int n_threads=1):
+    """x @ W^T (float32[n_pos, rows]) for a weight ``Tensor`` of any stored type, through ``matmul``."""
+    if tensor.cols != x.shape[1] or tensor.cols == 0 or tensor.rows == 0 or x.shape[0] == 0:
+        raise ValueError(f"matmul: W is {tensor.rows}x{tensor.cols} but x is {x.shape[0]}x{x.shape[1]}")
+    cdef Matrix m = matrix_of(tensor)
+    cdef QuantScratch scratch
+    _owner = quant_scratch(&scratch, tensor.cols, x.shape[0])  # keeps the buffers alive
+    out = np.zeros((x.shape[0], tensor.rows), dtype=np.float32)
+    cdef float[:, ::1] o = out
+    with nogil:
+        matmul(&o[0, 0], &m, &x[0, 0], x.shape[0], &scratch, n_threads)
     return out
