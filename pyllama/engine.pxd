@@ -72,7 +72,8 @@ cdef class Engine:
 
     cdef int forward_c(self, int token, long long pos) except -1 nogil
     cdef int forward_block_c(self, const int32_t* tokens, Py_ssize_t n, long long pos, float* logits) except -1 nogil
-    cdef int _per_position_block(self, const int32_t* tokens, Py_ssize_t n, long long pos, float* logits) except -1 nogil
+    cdef int _per_position_block(self, const int32_t* tokens, Py_ssize_t n, long long pos,
+                                 float* logits) except -1 nogil
     cdef int _attend_block(self, int layer, Py_ssize_t n, long long pos) except -1 nogil
     cdef int _ledger_step(self, Py_ssize_t i, long long* last) except -1
     cdef int _trace(self, str name, int layer, const float* data, Py_ssize_t n) except -1

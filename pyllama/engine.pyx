@@ -357,7 +357,8 @@ cdef class Engine:
                 self._ledger_step(i, &last)
         return 0
 
-    cdef int _per_position_block(self, const int32_t* tokens, Py_ssize_t n, long long pos, float* logits) except -1 nogil:
+    cdef int _per_position_block(self, const int32_t* tokens, Py_ssize_t n, long long pos,
+                                 float* logits) except -1 nogil:
         """forward_block_c as n single-position forwards (per_position_order plugins, tracing)."""
         cdef Py_ssize_t i
         cdef long long last

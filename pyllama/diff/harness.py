@@ -61,7 +61,13 @@ class _Side:
     one ``forward`` per position, asking ``memory_bytes()`` after each."""
 
     def __init__(
-        self, label: str, engine: Engine, block: int, config: ModelConfig, weights: Weights, n_threads: int,
+        self,
+        label: str,
+        engine: Engine,
+        block: int,
+        config: ModelConfig,
+        weights: Weights,
+        n_threads: int,
         blocks: bool = True,
     ) -> None:
         self.label = label
