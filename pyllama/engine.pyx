@@ -520,16 +520,19 @@ cdef class Engine:
 
     def generate_into(self, const int32_t[::1] prompt, long long steps, Sampler sampler, int32_t[::1] out,
                       on_token=None, const int32_t[::1] stop_ids=None, bint stop_in_prompt=False):
-        """run.c's generation loop. Writes sampled ids into ``out`` and returns
-        ``(n_generated, stop_token or -1, seconds_after_first_forward, positions_run)``.
+        """run.c's generation loop, with the prompt run in blocks. Writes sampled ids into ``out`` and
+        returns ``(n_generated, stop_token or -1, decode_seconds, positions_run, prompt_seconds)``.
 
         ``steps`` counts positions including the prompt's; the first prompt token is at position
-        0. Stops early when the next sampled id is one of ``stop_ids`` (it is not written; ``None``
-        or empty: never stops early). ``stop_in_prompt``: a stop id that comes next in the prompt
-        stops too (run.c's rule for BOS; llama.cpp never stops inside the prompt).
-        ``on_token(id)`` is called with every next id, forced prompt ids included (what run.c
-        prints), when given. With ``on_token=None`` and a native plugin, the loop allocates nothing
-        and never takes the GIL.
+        0. The prompt's positions run first as blocks (``forward_block_c``: the same logits as one
+        forward each), timed as ``prompt_seconds``; ``decode_seconds`` runs from there to the end
+        (for a one-token prompt: from the end of the first forward pass, as run.c times it). Stops
+        early when the next sampled id is one of ``stop_ids`` (it is not written; ``None`` or empty:
+        never stops early). ``stop_in_prompt``: a stop id that comes next in the prompt stops too
+        (run.c's rule for BOS; llama.cpp never stops inside the prompt). ``on_token(id)`` is called
+        with every next id, forced prompt ids included (what run.c prints; those once the prompt has
+        run), when given. With
+        ``on_token=None`` and a native plugin, the loop allocates nothing and never takes the GIL.
         """
         cdef Py_ssize_t n_prompt = prompt.shape[0]
         if n_prompt < 1:
@@ -538,23 +541,41 @@ cdef class Engine:
             raise ValueError(f"steps={steps} is more than the plugin's max_positions={self.attention.max_positions}")
         if out.shape[0] < max(steps - n_prompt + 1, 0):
             raise ValueError("out is too small for the ids that can be generated")
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, j
         for i in range(n_prompt):
             self._check(prompt[i], 0)
+        cdef Py_ssize_t n_stop = 0 if stop_ids is None else stop_ids.shape[0]
+        # the positions whose tokens are known: the prompt, up to steps and a stop id inside it
+        cdef Py_ssize_t n_pre = min(n_prompt, steps) if steps > 0 else 0
+        i = 1
+        while stop_in_prompt and i < n_pre:
+            for j in range(n_stop):
+                if prompt[i] == stop_ids[j]:
+                    n_pre = i  # positions 0 .. i - 1 run, then the loop stops on prompt[i]
+            i += 1
         cdef long long pos = 0
         cdef int token = prompt[0]
         cdef int next_token
         cdef Py_ssize_t n_out = 0
         cdef int stop_token = -1
-        cdef Py_ssize_t n_stop = 0 if stop_ids is None else stop_ids.shape[0]
-        cdef double start = 0.0
+        cdef Py_ssize_t c
         cdef bint fast = self.attention.native and not self.tracing and on_token is None
-        while pos < steps:
+        cdef double start = now_seconds()
+        for c in range(0, n_pre, self.max_block):
             if fast:
                 with nogil:
-                    self.forward_c(token, pos)
+                    self.forward_block_c(&prompt[c], min(self.max_block, n_pre - c), c, NULL)
             else:
-                self.forward_c(token, pos)
+                self.forward_block_c(&prompt[c], min(self.max_block, n_pre - c), c, NULL)
+        cdef double prompt_seconds = now_seconds() - start
+        start = now_seconds()
+        while pos < steps:
+            if pos >= n_pre:
+                if fast:
+                    with nogil:
+                        self.forward_c(token, pos)
+                else:
+                    self.forward_c(token, pos)
             if pos < n_prompt - 1:
                 next_token = prompt[pos + 1]
             else:
@@ -572,7 +593,5 @@ cdef class Engine:
             if on_token is not None:
                 on_token(next_token)
             token = next_token
-            if start == 0.0:
-                start = now_seconds()
-        cdef double elapsed = now_seconds() - start if start != 0.0 else 0.0
-        return n_out, stop_token, elapsed, pos
+        cdef double elapsed = now_seconds() - start
+        return n_out, stop_token, elapsed, pos, prompt_seconds
