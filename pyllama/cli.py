@@ -337,6 +337,12 @@ EXIT_NOT_EXACT = 3  # diff --expect-exact: the two plugins are not bit-identical
 )
 @threads_option
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal, for long probes).")
+@click.option(
+    "--blocks/--no-blocks",
+    default=True,
+    show_default=True,
+    help="Run positions in blocks (each weight read once per block; the same report) or one at a time.",
+)
 def diff(
     a,
     b,
@@ -351,6 +357,7 @@ def diff(
     expect_exact,
     threads,
     progress,
+    blocks,
 ):
     """Teacher-force one token sequence through attention plugins A and B and compare them.
 
@@ -381,7 +388,7 @@ def diff(
         source = probe_from_text(prompt, model.tokenizer, name="prompt")
     else:
         source = text_file or probe or "standard"
-    report = model.diff(a, b, probe=source, threads=threads, progress=progress)
+    report = model.diff(a, b, probe=source, threads=threads, progress=progress, blocks=blocks)
     click.echo(report.table())
     for path, write in ((json_path, report.to_json), (csv_path, report.to_csv), (plot_path, report.plot)):
         if path:

@@ -153,13 +153,15 @@ class Model:
         text: str | None = None,
         threads: int | None = None,
         progress: bool | None = None,
+        blocks: bool = True,
     ) -> DiffReport:
         """Teacher-force a probe through plugins ``a`` and ``b`` (specs or instances) on these weights.
 
         ``probe``: ``"standard"`` (the default), ``"stories"``, ``"long"``, ``"recall"``, a text file
         path, a ``pyllama.diff.Probe`` or token ids; ``text``: a prompt string as the probe instead.
         Returns a ``pyllama.diff.DiffReport`` (per-position numpy arrays, ``.summary``,
-        ``.to_pandas()``, ``.plot()``).
+        ``.to_pandas()``, ``.plot()``). ``blocks=False`` runs one position at a time instead of
+        blocks of positions: the same report (timing aside), slower.
         """
         from pyllama.diff import run_diff
         from pyllama.diff.probes import probe_from_text
@@ -168,7 +170,9 @@ class Model:
             if probe is not None:
                 raise InputError("diff: give either probe= or text=, not both")
             probe = probe_from_text(text, self._require_tokenizer(), name="prompt")
-        return run_diff(self, a, b, "standard" if probe is None else probe, threads=threads, progress=progress)
+        return run_diff(
+            self, a, b, "standard" if probe is None else probe, threads=threads, progress=progress, blocks=blocks
+        )
 
     # ---- text --------------------------------------------------------------------------------
     def _require_tokenizer(self) -> Tokenizer:

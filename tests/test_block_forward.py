@@ -267,3 +267,24 @@ def test_block_forward_checks_its_input(models):
     with pytest.raises(ValueError, match="capture buffers and ledger hold 8"):
         engine.forward_block(np.ones(9, dtype=np.int32), 0)
     assert engine.block_buffer_bytes() > 0
+
+
+def test_cli_diff_json_is_the_same_with_and_without_blocks(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from pyllama.cli import main
+
+    ckpt, tok = str(shared_file("stories260K.bin")), str(shared_file("tok512.bin"))
+    outs = []
+    for flag in ("--blocks", "--no-blocks"):
+        path = tmp_path / f"{flag}.json"
+        args = ["diff", "causal", "sink:4,12", "-c", ckpt, "-z", tok, "--probe", "recall", flag, "--json", str(path)]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        out = json.loads(path.read_text())
+        for key in ("seconds", "positions_per_second"):  # timing aside
+            out["summary"].pop(key)
+        outs.append(out)
+    assert outs[0] == outs[1] and outs[0]["rows"]
