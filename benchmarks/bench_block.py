@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--decode-steps", type=int, default=128)
     ap.add_argument("--per-position", action="store_true", help="also time the diff without blocks (slow)")
+    ap.add_argument("--no-diff", action="store_true", help="only decode and prompt processing")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "pyllama-bench")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -69,9 +70,10 @@ def main() -> None:
         for _ in range(args.repeats):
             best["decode"] = max(best["decode"], decode_tok_s(model, args.decode_steps))
             best["prompt"] = max(best["prompt"], prompt_tok_s(model, SHAPES[shape]))
-            rate, n_diff = diff_pos_s(model, True)
-            best["diff_blocks"] = max(best["diff_blocks"], rate)
-        if args.per_position:
+            if not args.no_diff:
+                rate, n_diff = diff_pos_s(model, True)
+                best["diff_blocks"] = max(best["diff_blocks"], rate)
+        if args.per_position and not args.no_diff:
             best["diff_per_position"] = diff_pos_s(model, False)[0]  # once: it is the slow one
         row = {
             "shape": shape,
