@@ -41,7 +41,7 @@ def decode_tok_s(model: Model, make_plugin, steps: int, threads: int) -> float:
     engine = Engine(model.config, model.weights, make_plugin(), threads)
     out = np.zeros(steps + 1, dtype=np.int32)
     prompt = np.array([1], dtype=np.int32)
-    _, _, seconds, pos = engine.generate_into(
+    _, _, seconds, pos, _ = engine.generate_into(
         prompt, steps, Sampler(model.config.vocab_size, 0.0, 0.9, 1), out, None, None
     )
     return (pos - 1) / seconds

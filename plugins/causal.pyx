@@ -28,8 +28,8 @@ cdef class Causal(GatherAttention):
     cdef float* keys        # [n_layers, positions, kv_dim]
     cdef float* values
     cdef long long positions
-    cdef long long length   # positions held (of the last layer written)
-    cdef long long* seen    # [n_layers] positions fed to each layer: the next one must be this
+    cdef long long* length   # [n_layers] positions seen by each layer (blocks run layer by layer)
+    cdef object _length      # the same counts as numpy, for memory_bytes
 
     def __init__(self, positions: int = 0):
         if positions < 0:
@@ -50,27 +50,25 @@ cdef class Causal(GatherAttention):
         self.init_gather(config, P)
         self.keys = <float*>self.own(np.zeros((config.n_layers, P, config.kv_dim), dtype=np.float32))
         self.values = <float*>self.own(np.zeros((config.n_layers, P, config.kv_dim), dtype=np.float32))
-        self.seen = <long long*>self.own(np.zeros(config.n_layers, dtype=np.int64))
-        self.length = 0
+        self._length = np.zeros(config.n_layers, dtype=np.int64)
+        self.length = <long long*>self.own(self._length)
 
     def reset(self):
-        self.length = 0
-        cdef int li
-        if self.seen != NULL:
-            for li in range(self.n_layers):
-                self.seen[li] = 0
+        if self._length is not None:
+            self._length[:] = 0
 
     def memory_bytes(self):
-        # the positions held, keys and values, all layers
-        return int(2 * self.n_layers * self.length * self.kv_dim * 4)
+        # the positions held, keys and values, summed over the layers
+        if self._length is None:
+            return 0
+        return int(2 * int(self._length.sum()) * self.kv_dim * 4)
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        self.check_in_order(layer, pos, self.seen[layer])
-        self.seen[layer] = pos + 1
+        self.check_in_order(layer, pos, self.length[layer])
         cdef Py_ssize_t row = (layer * self.positions + pos) * self.kv_dim
         memcpy(self.keys + row, k, self.kv_dim * sizeof(float))
         memcpy(self.values + row, v, self.kv_dim * sizeof(float))
-        self.length = pos + 1
+        self.length[layer] = pos + 1
         cdef int h
         cdef Py_ssize_t t, n = pos + 1, P = self.positions
         cdef const float* kbase

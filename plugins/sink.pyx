@@ -53,8 +53,8 @@ cdef class Sink(GatherAttention):
     cdef RopeSpec rope
     cdef readonly long long sinks, window
     cdef readonly bint shift
-    cdef long long length     # positions seen (after the last call)
-    cdef long long* seen      # [n_layers] positions fed to each layer: the next one must be this
+    cdef long long* length   # [n_layers] positions seen by each layer (blocks run layer by layer)
+    cdef object _length      # the same counts as numpy, for memory_bytes
 
     def __init__(self, sinks: int = 4, window: int = 252, shift: bool = False):
         if sinks < 0:
@@ -87,24 +87,23 @@ cdef class Sink(GatherAttention):
         self.shifted = <float*>self.own(np.zeros((max(S, 1), config.kv_dim), dtype=np.float32))
         self.rope_cos = <float*>self.own(np.zeros(2 * half, dtype=np.float32))
         self.rope_sin = self.rope_cos + half
-        self.seen = <long long*>self.own(np.zeros(config.n_layers, dtype=np.int64))
-        self.length = 0
+        self._length = np.zeros(config.n_layers, dtype=np.int64)
+        self.length = <long long*>self.own(self._length)
 
     def reset(self):
-        self.length = 0
-        cdef int li
-        if self.seen != NULL:
-            for li in range(self.n_layers):
-                self.seen[li] = 0
+        if self._length is not None:
+            self._length[:] = 0
 
     def memory_bytes(self):
-        # keys and values of the sink rows and window rows in use, all layers
-        cdef long long held = min(self.length, self.sinks) + min(max(self.length - self.sinks, 0), self.window)
-        return int(2 * self.n_layers * held * self.kv_dim * 4)
+        # keys and values of the sink rows and window rows in use, summed over the layers
+        if self._length is None:
+            return 0
+        t = self._length
+        held = np.minimum(t, self.sinks) + np.minimum(np.maximum(t - self.sinks, 0), self.window)
+        return int(2 * int(held.sum()) * self.kv_dim * 4)
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        self.check_in_order(layer, pos, self.seen[layer])
-        self.seen[layer] = pos + 1
+        self.check_in_order(layer, pos, self.length[layer])
         cdef long long S = self.sinks, W = self.window, C = self.sinks + self.window
         cdef Py_ssize_t kv = self.kv_dim
         cdef float* key_row
@@ -113,7 +112,7 @@ cdef class Sink(GatherAttention):
                       &key_row, &value_row)
         memcpy(key_row, k, kv * sizeof(float))
         memcpy(value_row, v, kv * sizeof(float))
-        self.length = pos + 1
+        self.length[layer] = pos + 1
 
         # kept: sinks 0 .. n_sink-1, then the window ring_start .. pos
         cdef long long n_sink, ring_start, n_ring

@@ -32,8 +32,8 @@ cdef class Sliding(GatherAttention):
     cdef float* keys         # [n_layers, window, kv_dim] ring buffer: position t in row t % window
     cdef float* values
     cdef readonly long long window
-    cdef long long length    # positions seen (after the last call)
-    cdef long long* seen     # [n_layers] positions fed to each layer: the next one must be this
+    cdef long long* length   # [n_layers] positions seen by each layer (blocks run layer by layer)
+    cdef object _length      # the same counts as numpy, for memory_bytes
 
     def __init__(self, window: int = 256):
         if window < 1:
@@ -52,29 +52,27 @@ cdef class Sliding(GatherAttention):
         self.init_gather(config, W)
         self.keys = <float*>self.own(np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32))
         self.values = <float*>self.own(np.zeros((config.n_layers, W, config.kv_dim), dtype=np.float32))
-        self.seen = <long long*>self.own(np.zeros(config.n_layers, dtype=np.int64))
-        self.length = 0
+        self._length = np.zeros(config.n_layers, dtype=np.int64)
+        self.length = <long long*>self.own(self._length)
 
     def reset(self):
-        self.length = 0
-        cdef int li
-        if self.seen != NULL:
-            for li in range(self.n_layers):
-                self.seen[li] = 0
+        if self._length is not None:
+            self._length[:] = 0
 
     def memory_bytes(self):
-        # keys and values of the rows in use, all layers
-        return int(2 * self.n_layers * min(self.length, self.window) * self.kv_dim * 4)
+        # keys and values of the rows in use, summed over the layers
+        if self._length is None:
+            return 0
+        return int(2 * int(np.minimum(self._length, self.window).sum()) * self.kv_dim * 4)
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        self.check_in_order(layer, pos, self.seen[layer])
-        self.seen[layer] = pos + 1
+        self.check_in_order(layer, pos, self.length[layer])
         cdef long long W = self.window
         cdef Py_ssize_t layer_base = layer * W * self.kv_dim
         cdef Py_ssize_t row = layer_base + (pos % W) * self.kv_dim
         memcpy(self.keys + row, k, self.kv_dim * sizeof(float))
         memcpy(self.values + row, v, self.kv_dim * sizeof(float))
-        self.length = pos + 1
+        self.length[layer] = pos + 1
         cdef long long n = pos + 1 if pos + 1 < W else W
         cdef long long start = pos + 1 - n
         cdef int h

@@ -5,6 +5,10 @@ Decode is memory-bound: every token multiplies every layer matrix and the classi
 bandwidth the engine achieves. tok/s is measured as ``generate`` measures it (run.c's way: from the
 end of the first forward pass), greedy and ignoring end tokens so every run has the same length;
 the figure is the best of ``repeats`` runs.
+
+Prompt processing is timed like llama.cpp's ``llama-bench -p N``: ``prompt_tokens`` seeded random
+ids run from position 0 as blocks of positions (``Engine.forward_block``, logits of the last
+position only), best of ``repeats``; N is clamped to what the plugin holds.
 """
 
 from __future__ import annotations
@@ -13,10 +17,13 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from pyllama.checkpoint.weights import Weights
 
 PROMPT = "Once upon a time"
 BOS = 1
+PROMPT_TOKENS = 512  # llama-bench's pp512
 
 
 def bytes_per_token(weights: Weights) -> int:
@@ -57,7 +64,10 @@ class BenchResult:
     bytes_per_token: int
     gb_per_s: float  # bytes_per_token * tok_per_s / 1e9
     memory_bytes: int  # the attention plugin's ledger at the end of the last run
+    prompt_tokens: int = 0  # positions of the prompt-processing runs
+    prompt_tok_per_s: float = 0.0  # best of the runs
     tok_per_s_runs: list[float] = field(default_factory=list)
+    prompt_tok_per_s_runs: list[float] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -73,8 +83,10 @@ def run_bench(
     threads: int = 0,
     attention: str = "causal",
     repeats: int = 3,
+    prompt_tokens: int = PROMPT_TOKENS,
 ) -> BenchResult:
-    """Load ``checkpoint`` and time ``repeats`` greedy generations of ``steps`` positions."""
+    """Load ``checkpoint``; time ``repeats`` greedy generations of ``steps`` positions and ``repeats``
+    prompt passes of ``prompt_tokens`` positions."""
     from pyllama.errors import InputError
     from pyllama.model import Model
 
@@ -89,6 +101,7 @@ def run_bench(
         out = model.generate(prompt, steps=steps, temperature=0.0, attention=attention, ignore_eos=True)
         runs.append(out.tok_per_s)
     best = max(runs)
+    prompt_runs, n_prompt = _prompt_runs(model, attention, prompt_tokens, repeats)
     per_token = bytes_per_token(model.weights)
     return BenchResult(
         checkpoint=os.fspath(checkpoint),
@@ -103,5 +116,22 @@ def run_bench(
         gb_per_s=per_token * best / 1e9,
         memory_bytes=out.memory_bytes,
         tok_per_s_runs=runs,
+        prompt_tokens=n_prompt,
+        prompt_tok_per_s=max(prompt_runs),
+        prompt_tok_per_s_runs=prompt_runs,
         notices=out.notices,
     )
+
+
+def _prompt_runs(model, attention: str, n_tokens: int, repeats: int) -> tuple[list[float], int]:
+    """Prompt tok/s of ``repeats`` block passes over ``n_tokens`` seeded random ids (clamped to the plugin)."""
+    engine = model.engine(attention)
+    n = max(1, min(n_tokens, engine.max_positions))
+    tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, size=n, dtype=np.int32)
+    runs = []
+    for _ in range(repeats):
+        engine.reset()
+        t0 = time.perf_counter()
+        engine.forward_block(tokens, 0)
+        runs.append(n / (time.perf_counter() - t0))
+    return runs, n

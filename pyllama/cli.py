@@ -172,7 +172,8 @@ def _require_tokenizer(model, checkpoint: str) -> None:
     "--json",
     "as_json",
     is_flag=True,
-    help="Print one JSON object {prompt_ids, ids, text, tok_per_s, memory_bytes} instead of streaming.",
+    help="Print one JSON object {prompt_ids, ids, text, tok_per_s, prompt_tok_per_s, memory_bytes} "
+    "instead of streaming.",
 )
 def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, attention, threads, ignore_eos, as_json):
     """Generate text, token for token like llama2.c's run.c with the same options.
@@ -211,6 +212,8 @@ def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, atte
         sys.stdout.write("\n")
         if result.steps > 1:
             click.echo(f"achieved tok/s: {result.tok_per_s:f}", err=True)
+        if len(result.prompt_ids) > 1:
+            click.echo(f"prompt tok/s: {result.prompt_tok_per_s:f}", err=True)
 
 
 @main.command()
@@ -411,6 +414,12 @@ def _output_figure(ctx: click.Context, param: click.Parameter, value: str | None
 )
 @threads_option
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal, for long probes).")
+@click.option(
+    "--blocks/--no-blocks",
+    default=True,
+    show_default=True,
+    help="Run positions in blocks (each weight read once per block; the same report) or one at a time.",
+)
 def diff(
     a,
     b,
@@ -425,6 +434,7 @@ def diff(
     expect_exact,
     threads,
     progress,
+    blocks,
 ):
     """Teacher-force one token sequence through attention plugins A and B and compare them.
 
@@ -454,7 +464,7 @@ def diff(
         source = probe_from_text(prompt, model.tokenizer, name="prompt")
     else:
         source = text_file or probe or "standard"
-    report = model.diff(a, b, probe=source, threads=threads, progress=progress)
+    report = model.diff(a, b, probe=source, threads=threads, progress=progress, blocks=blocks)
     click.echo(report.table())
     for path, write in ((json_path, report.to_json), (csv_path, report.to_csv), (plot_path, report.plot)):
         if path:
@@ -582,8 +592,15 @@ def download(names, as_list, cache_dir, progress):
 @threads_option
 @attention_option
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs; tok/s is the best.")
+@click.option(
+    "--prompt-tokens",
+    type=click.IntRange(min=1),
+    default=512,
+    show_default=True,
+    help="Positions of the prompt-processing runs (llama-bench -p; clamped to what the plugin holds).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
-def bench(checkpoint, tokenizer, steps, threads, attention, repeats, as_json):
+def bench(checkpoint, tokenizer, steps, threads, attention, repeats, prompt_tokens, as_json):
     """Decode tok/s, load time, bytes read per token and the bandwidth they imply.
 
     \b
@@ -595,7 +612,15 @@ def bench(checkpoint, tokenizer, steps, threads, attention, repeats, as_json):
     """
     from pyllama.bench import run_bench
 
-    result = run_bench(checkpoint, tokenizer, steps=steps, threads=threads or 0, attention=attention, repeats=repeats)
+    result = run_bench(
+        checkpoint,
+        tokenizer,
+        steps=steps,
+        threads=threads or 0,
+        attention=attention,
+        repeats=repeats,
+        prompt_tokens=prompt_tokens,
+    )
     for notice in result.notices:
         click.echo(f"note: {notice}", err=True)
     if as_json:
@@ -607,6 +632,7 @@ def bench(checkpoint, tokenizer, steps, threads, attention, repeats, as_json):
         "threads": result.threads,
         "steps": f"{result.steps} (best of {result.repeats})",
         "decode tok/s": f"{result.tok_per_s:,.1f}",
+        "prompt tok/s": f"{result.prompt_tok_per_s:,.1f} ({result.prompt_tokens} positions)",
         "load ms": f"{result.load_ms:,.2f}",
         "weights bytes": f"{result.weights_bytes:,}",
         "bytes/token": f"{result.bytes_per_token:,}",

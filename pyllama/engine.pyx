@@ -1,10 +1,19 @@
-"""The forward pass: one token at one position through every layer, over buffers allocated once.
+"""The forward pass: one token at one position through every layer, or a block of known tokens
+(a prompt, teacher forcing) with each weight read once per block, over buffers allocated once.
 
 The engine owns the activations (llama2.c's ``RunState`` names: ``x, xb, xb2, hb, hb2, q, k, v,
 logits``) and reads the weights through pointers taken once from the memory-mapped file. It never
 stores keys or values: at each layer it hands this position's post-RoPE q, k, v to the attention
 plugin (``attend_c``), which owns the whole cache. Nothing in ``forward_c`` or the generation loop
 allocates; a native (Cython) plugin runs without the GIL.
+
+``forward_block_c`` runs m known tokens at positions pos .. pos + m - 1: per layer, rmsnorm of every
+row, the Q/K/V products on the block (``matmul``: every element is ``matvec``'s), RoPE per row, the
+plugin's attention for the m positions in order (``attend_block_c``), then Wo, the residual and the
+FFN on the block. Every value is computed with exactly the arithmetic of ``forward_c``, so the
+logits are bit-identical to m single-position forwards; only the order in which the plugin sees
+(layer, position) pairs changes, which the attention contract allows (base.pyx). A plugin with
+``per_position_order = True`` gets m single-position forwards instead.
 """
 
 from libc.stdint cimport int32_t
@@ -19,13 +28,16 @@ from pyllama.errors import NonFiniteError
 from pyllama.attention.base cimport Attention
 from pyllama.kernels.elementwise cimport rmsnorm, swiglu, add_inplace
 from pyllama.kernels.finite cimport all_finite
-from pyllama.kernels.matvec cimport matrix_of, matvec, embedding_row
+from pyllama.kernels.matvec cimport matrix_of, matvec, matmul, embedding_row, quant_scratch
 from pyllama.kernels.rope cimport rope_spec_of, rope_row, rope_apply
 from pyllama.sampler cimport Sampler
 
 # Positions whose RoPE rows are precomputed; later positions (plugins that run past the context)
 # compute their row on the fly with the same function, so the values are identical either way.
 DEF ROPE_TABLE_MAX = 1 << 15
+# Positions per block pass: 64 rows of activations keep every weight row's reuse in cache while the
+# block buffers stay small (stories110M: 2.9 MB; block_buffer_bytes() says how much exactly).
+DEF DEFAULT_BLOCK = 64
 
 
 class Pool:
@@ -44,6 +56,18 @@ cdef double now_seconds() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
+cdef int nonfinite_stage_of(const float* q, const float* k, const float* v, const float* att,
+                            const float* wo_out, int q_dim, int kv_dim, int dim) noexcept nogil:
+    """Which of a layer's outputs went bad first (NONFINITE_*), given that its residual stream did."""
+    if not (all_finite(q, q_dim) and all_finite(k, kv_dim) and all_finite(v, kv_dim)):
+        return NONFINITE_QKV
+    if not all_finite(att, q_dim):
+        return NONFINITE_ATTENTION
+    if not all_finite(wo_out, dim):
+        return NONFINITE_WO
+    return NONFINITE_FFN
+
+
 cdef class Engine:
     """A model's weights bound to one attention plugin, with all activation buffers."""
 
@@ -54,10 +78,12 @@ cdef class Engine:
         self.rope_scratch = NULL
         self.capture = NULL
         self.capture_hidden = NULL
+        self.capture_rows = 0
         self.skip_logits = False
         self.nonfinite_layer = -1
+        self.ledger = NULL
 
-    def __init__(self, config, weights, Attention attention, int n_threads=1):
+    def __init__(self, config, weights, Attention attention, int n_threads=1, int max_block=DEFAULT_BLOCK):
         cdef int li, half
         cdef long long p
         if attention is None:
@@ -66,6 +92,8 @@ cdef class Engine:
         self.weights = weights
         self.attention = attention
         self.n_threads = max(1, n_threads)
+        self.max_block = max(1, max_block)
+        self.per_position = bool(getattr(attention, "per_position_order", False))
         self.dim = config.dim
         self.hidden_dim = config.hidden_dim
         self.n_layers = config.n_layers
@@ -101,14 +129,23 @@ cdef class Engine:
 
         # activations, allocated once (numpy owns the memory; the engine keeps raw pointers)
         widest = max(self.dim, self.hidden_dim, self.q_dim)
+        B = self.max_block
         buffers = {
             "x": self.dim, "xb": widest, "xb2": self.dim, "hb": self.hidden_dim, "hb2": self.hidden_dim,
             "q": self.q_dim, "k": self.kv_dim, "v": self.kv_dim, "att_out": self.q_dim,
-            "logits": self.vocab_size, "qs_scales": widest, "qs_sums": widest // 32 + 1,
+            "logits": self.vocab_size,
         }
         self._buffers = {name: np.zeros(n, dtype=np.float32) for name, n in buffers.items()}
-        self._buffers["qs_q"] = np.zeros(widest, dtype=np.int8)
-        self._buffers["qs_bsums"] = np.zeros(widest // 16 + 1, dtype=np.int16)
+        block = {
+            "bx": self.dim, "bxb": self.dim, "bxb2": self.dim, "bhb": self.hidden_dim, "bhb2": self.hidden_dim,
+            "bq": self.q_dim, "bk": self.kv_dim, "bv": self.kv_dim, "batt": self.q_dim,
+        }
+        self._buffers.update({name: np.zeros((B, n), dtype=np.float32) for name, n in block.items()})
+        # the activation quantisation of the integer kernels: B vectors of the widest input
+        self._buffers["qscratch"] = quant_scratch(&self.qscratch, widest, B)
+        # per block row: the first layer whose residual stream held NaN/Inf (-1: none) and what went bad
+        self._buffers["block_bad"] = np.full(B, -1, dtype=np.int32)
+        self._buffers["block_stage"] = np.zeros(B, dtype=np.int32)
 
         def ptr(name):
             return <size_t>self._buffers[name].ctypes.data
@@ -123,17 +160,25 @@ cdef class Engine:
         self.v = <float*><size_t>ptr("v")
         self.att_out = <float*><size_t>ptr("att_out")
         self.logits = <float*><size_t>ptr("logits")
-        self.qscratch.q = <signed char*><size_t>ptr("qs_q")
-        self.qscratch.scales = <float*><size_t>ptr("qs_scales")
-        self.qscratch.sums = <float*><size_t>ptr("qs_sums")
-        self.qscratch.bsums = <short*><size_t>ptr("qs_bsums")
+        self.bx = <float*><size_t>ptr("bx")
+        self.bxb = <float*><size_t>ptr("bxb")
+        self.bxb2 = <float*><size_t>ptr("bxb2")
+        self.bhb = <float*><size_t>ptr("bhb")
+        self.bhb2 = <float*><size_t>ptr("bhb2")
+        self.bq = <float*><size_t>ptr("bq")
+        self.bk = <float*><size_t>ptr("bk")
+        self.bv = <float*><size_t>ptr("bv")
+        self.batt = <float*><size_t>ptr("batt")
+        self.block_bad = <int*><size_t>ptr("block_bad")
+        self.block_stage = <int*><size_t>ptr("block_stage")
         self.logits_view = self._buffers["logits"].view()
         self.logits_view.flags.writeable = False
 
         # the plugin: shapes, threads and the engine's buffers first, then its own allocation
         pool = Pool(self.n_threads)
         attention._configure(config, pool, self._buffers["q"], self._buffers["k"], self._buffers["v"],
-                             self._buffers["att_out"])
+                             self._buffers["att_out"],
+                             block=tuple(self._buffers[name] for name in ("bq", "bk", "bv", "batt")))
         attention.init(config, pool)
 
         self.rope = rope_spec_of(config)
@@ -157,6 +202,19 @@ cdef class Engine:
     def max_positions(self) -> int:
         return int(self.attention.max_positions)
 
+    @property
+    def block_nonfinite_layers(self):
+        """int32[max_block], read-only: after ``forward_block``, row i's first layer whose residual
+        stream held NaN or Inf (-1: none; the logits are checked by the caller)."""
+        view = self._buffers["block_bad"].view()
+        view.flags.writeable = False
+        return view
+
+    def block_buffer_bytes(self) -> int:
+        """Bytes of the block forward's buffers (activations and quantised inputs for max_block rows)."""
+        names = ("bx", "bxb", "bxb2", "bhb", "bhb2", "bq", "bk", "bv", "batt")
+        return int(sum(self._buffers[n].nbytes for n in names) + sum(a.nbytes for a in self._buffers["qscratch"]))
+
     def set_tracer(self, tracer):
         """Call ``tracer(name, values)`` with every intermediate tensor (llama.cpp's names), or None."""
         self.tracer = tracer
@@ -167,28 +225,54 @@ cdef class Engine:
         test per layer): ``attention`` float32[n_layers, q_dim] receives every layer's attention
         output (the plugin's ``out``); ``hidden`` float32[dim] the final normed hidden state. With
         ``logits=False`` the classifier is skipped: the caller computes the logits from ``hidden``
-        (teacher forcing multiplies a block of positions at once, with the same arithmetic)."""
-        cdef float[:, ::1] att_view
-        cdef float[::1] hid_view
+        (teacher forcing multiplies a block of positions at once, with the same arithmetic).
+
+        For ``forward_block`` give one row per position: attention [rows, n_layers, q_dim] and hidden
+        [rows, dim] (the block's i-th position in row i; ``forward`` writes row 0)."""
+        cdef float[:, :, ::1] att_view
+        cdef float[:, ::1] hid_view
         self.capture = NULL
         self.capture_hidden = NULL
+        self.capture_rows = 0
         self.skip_logits = False
         self._capture_bufs = None
+        rows = []
         if attention is not None:
-            att_view = attention
-            if att_view.shape[0] != self.n_layers or att_view.shape[1] != self.q_dim:
-                raise ValueError(f"set_capture: attention must be float32 [{self.n_layers}, {self.q_dim}], "
-                                 f"got [{att_view.shape[0]}, {att_view.shape[1]}]")
-            self.capture = &att_view[0, 0]
+            att = attention if attention.ndim == 3 else attention[None]
+            att_view = att
+            if att_view.shape[1] != self.n_layers or att_view.shape[2] != self.q_dim or att_view.shape[0] < 1:
+                raise ValueError(f"set_capture: attention must be float32 [{self.n_layers}, {self.q_dim}] or "
+                                 f"[rows, {self.n_layers}, {self.q_dim}], got {list(attention.shape)}")
+            self.capture = &att_view[0, 0, 0]
+            rows.append(att_view.shape[0])
         if hidden is not None:
-            hid_view = hidden
-            if hid_view.shape[0] != self.dim:
-                raise ValueError(f"set_capture: hidden must be float32 [{self.dim}], got [{hid_view.shape[0]}]")
-            self.capture_hidden = &hid_view[0]
+            hid = hidden if hidden.ndim == 2 else hidden[None]
+            hid_view = hid
+            if hid_view.shape[1] != self.dim or hid_view.shape[0] < 1:
+                raise ValueError(f"set_capture: hidden must be float32 [{self.dim}] or [rows, {self.dim}], "
+                                 f"got {list(hidden.shape)}")
+            self.capture_hidden = &hid_view[0, 0]
+            rows.append(hid_view.shape[0])
         elif not logits:
             raise ValueError("set_capture: logits=False needs a hidden buffer to hand out instead")
+        self.capture_rows = min(rows) if rows else 0
         self.skip_logits = not logits
         self._capture_bufs = (attention, hidden)
+
+    def set_ledger(self, ledger=None):
+        """With ``ledger`` int64[max_block] given, ``forward_block`` writes into ledger[i] the plugin's
+        ``memory_bytes()`` as it is after position pos + i (what a per-position run would report
+        after that position), for the diff's memory column. None: off (the default)."""
+        cdef long long[::1] view
+        self.ledger = NULL
+        self._ledger_buf = None
+        if ledger is None:
+            return
+        view = ledger
+        if view.shape[0] < self.max_block:
+            raise ValueError(f"set_ledger: the ledger needs {self.max_block} int64 rows, got {view.shape[0]}")
+        self.ledger = &view[0]
+        self._ledger_buf = ledger
 
     cdef int _trace(self, str name, int layer, const float* data, Py_ssize_t n) except -1:
         arr = np.asarray(<const float[:n]>data).copy()
@@ -212,6 +296,7 @@ cdef class Engine:
 
         embedding_row(x, &self.tok_emb, token)
         self.nonfinite_layer = -1
+        self.nonfinite_position = pos
         if not all_finite(x, self.dim):
             self.nonfinite_layer = 0
             self.nonfinite_stage = NONFINITE_EMBEDDING
@@ -282,15 +367,208 @@ cdef class Engine:
     cdef void _locate_nonfinite(self, int li) noexcept nogil:
         # layer li's buffers still hold its q, k, v and attention output: which one went bad first
         self.nonfinite_layer = li
-        if not (all_finite(self.q, self.q_dim) and all_finite(self.k, self.kv_dim)
-                and all_finite(self.v, self.kv_dim)):
-            self.nonfinite_stage = NONFINITE_QKV
-        elif not all_finite(self.att_out, self.q_dim):
-            self.nonfinite_stage = NONFINITE_ATTENTION
-        elif not all_finite(self.xb2, self.dim):
-            self.nonfinite_stage = NONFINITE_WO
+        self.nonfinite_stage = nonfinite_stage_of(self.q, self.k, self.v, self.att_out, self.xb2, self.q_dim,
+                                                  self.kv_dim, self.dim)
+
+    cdef void _check_block_rows(self, int li, Py_ssize_t n) noexcept nogil:
+        # after layer li (-1: the embedding) of a block: the rows whose residual stream just went bad
+        cdef Py_ssize_t i
+        for i in range(n):
+            if self.block_bad[i] >= 0 or all_finite(self.bx + i * self.dim, self.dim):
+                continue
+            if li < 0:
+                self.block_bad[i] = 0
+                self.block_stage[i] = NONFINITE_EMBEDDING
+            else:
+                self.block_bad[i] = li
+                self.block_stage[i] = nonfinite_stage_of(
+                    self.bq + i * self.q_dim, self.bk + i * self.kv_dim, self.bv + i * self.kv_dim,
+                    self.batt + i * self.q_dim, self.bxb2 + i * self.dim, self.q_dim, self.kv_dim, self.dim)
+
+    cdef void _first_bad_row(self, Py_ssize_t n, long long pos) noexcept nogil:
+        # the engine's nonfinite_* from a block's rows: the earliest position that went bad
+        cdef Py_ssize_t i
+        self.nonfinite_layer = -1
+        for i in range(n):
+            if self.block_bad[i] >= 0:
+                self.nonfinite_layer = self.block_bad[i]
+                self.nonfinite_stage = self.block_stage[i]
+                self.nonfinite_position = pos + i
+                return
+    cdef int _ledger_step(self, Py_ssize_t i, long long* last) except -1:
+        """ledger[i] += the change of memory_bytes() since ``last`` (then ``last`` = now); i < 0: only read."""
+        mem = self.attention.memory_bytes()
+        if isinstance(mem, bool) or not isinstance(mem, (int, np.integer)) or mem < 0:
+            raise TypeError(f"memory_bytes() must return an int >= 0, got {mem!r}")
+        if i >= 0:
+            self.ledger[i] += <long long>mem - last[0]
+        last[0] = <long long>mem
+        return 0
+
+    cdef int _attend_block(self, int layer, Py_ssize_t n, long long pos) except -1 nogil:
+        """The plugin's attention for positions pos .. pos + n - 1 of one layer, in order. With a
+        ledger, one position at a time, recording how each call changes memory_bytes(): a plugin's
+        ledger is the sum of what each layer holds, so ledger[i] accumulates every layer's change at
+        position pos + i, and the running sum from the block's start is the per-position ledger."""
+        cdef Py_ssize_t i
+        cdef long long last
+        if self.ledger == NULL:
+            self.attention.attend_block_c(layer, pos, n, self.bq, self.bk, self.bv, self.batt)
+            return 0
+        with gil:
+            self._ledger_step(-1, &last)
+        for i in range(n):
+            self.attention.attend_block_c(layer, pos + i, 1, self.bq + i * self.q_dim, self.bk + i * self.kv_dim,
+                                          self.bv + i * self.kv_dim, self.batt + i * self.q_dim)
+            with gil:
+                self._ledger_step(i, &last)
+        return 0
+
+    cdef int _per_position_block(self, const int32_t* tokens, Py_ssize_t n, long long pos,
+                                 float* logits) except -1 nogil:
+        """forward_block_c as n single-position forwards (per_position_order plugins, tracing)."""
+        cdef Py_ssize_t i
+        cdef long long last
+        cdef float* att = self.capture
+        cdef float* hid = self.capture_hidden
+        try:
+            for i in range(n):
+                if att != NULL:
+                    self.capture = att + i * self.n_layers * self.q_dim
+                if hid != NULL:
+                    self.capture_hidden = hid + i * self.dim
+                self.forward_c(tokens[i], pos + i)
+                self.block_bad[i] = self.nonfinite_layer
+                self.block_stage[i] = self.nonfinite_stage
+                if logits != NULL and not self.skip_logits:
+                    memcpy(logits + i * self.vocab_size, self.logits, self.vocab_size * sizeof(float))
+                if self.ledger != NULL:
+                    with gil:
+                        self.ledger[i] = 0
+                        last = 0
+                        self._ledger_step(i, &last)
+        finally:
+            self.capture = att
+            self.capture_hidden = hid
+        self._first_bad_row(n, pos)
+        return 0
+
+    cdef int forward_block_c(self, const int32_t* tokens, Py_ssize_t n, long long pos, float* logits) except -1 nogil:
+        """Tokens tokens[0 .. n-1] at positions pos .. pos + n - 1 (n <= max_block): logits NULL puts the
+        last position's logits in the engine's buffer; else logits[n, vocab] gets every position's."""
+        cdef int li
+        cdef Py_ssize_t i
+        cdef int half = self.rope.n_rot // 2
+        cdef int dim = self.dim, hidden = self.hidden_dim, q_dim = self.q_dim, kv_dim = self.kv_dim
+        cdef long long p, base
+        cdef const float* cos_row
+        cdef const float* sin_row
+        cdef LayerPtrs* lw
+        cdef float* x = self.bx
+        if self.per_position or self.tracing:
+            return self._per_position_block(tokens, n, pos, logits)
+        if self.ledger != NULL:
+            for i in range(n):
+                self.ledger[i] = 0
+            with gil:
+                self._ledger_step(-1, &base)
+        for i in range(n):
+            embedding_row(x + i * dim, &self.tok_emb, tokens[i])
+            self.block_bad[i] = -1
+        self._check_block_rows(-1, n)
+        for li in range(self.n_layers):
+            lw = &self.layers[li]
+            # attention block
+            for i in range(n):
+                rmsnorm(self.bxb + i * dim, x + i * dim, lw.attn_norm, dim, self.eps)
+            matmul(self.bq, &lw.wq, self.bxb, n, &self.qscratch, self.n_threads)
+            matmul(self.bk, &lw.wk, self.bxb, n, &self.qscratch, self.n_threads)
+            matmul(self.bv, &lw.wv, self.bxb, n, &self.qscratch, self.n_threads)
+            for i in range(n):
+                if lw.bq != NULL:
+                    add_inplace(self.bq + i * q_dim, lw.bq, q_dim)
+                if lw.bk != NULL:
+                    add_inplace(self.bk + i * kv_dim, lw.bk, kv_dim)
+                if lw.bv != NULL:
+                    add_inplace(self.bv + i * kv_dim, lw.bv, kv_dim)
+                p = pos + i
+                if p < self.rope_rows:
+                    cos_row = self.rope_cos + p * half
+                    sin_row = self.rope_sin + p * half
+                else:
+                    rope_row(&self.rope, p, self.rope_scratch, self.rope_scratch + half)
+                    cos_row = self.rope_scratch
+                    sin_row = self.rope_scratch + half
+                rope_apply(&self.rope, self.bq + i * q_dim, self.n_heads, cos_row, sin_row)
+                rope_apply(&self.rope, self.bk + i * kv_dim, self.n_kv_heads, cos_row, sin_row)
+            self._attend_block(li, n, pos)
+            if self.capture != NULL:
+                for i in range(n):
+                    memcpy(self.capture + (i * self.n_layers + li) * q_dim, self.batt + i * q_dim,
+                           q_dim * sizeof(float))
+            matmul(self.bxb2, &lw.wo, self.batt, n, &self.qscratch, self.n_threads)
+            for i in range(n):
+                add_inplace(x + i * dim, self.bxb2 + i * dim, dim)
+            # feed-forward block: w2(silu(w1 x) * w3 x)
+            for i in range(n):
+                rmsnorm(self.bxb + i * dim, x + i * dim, lw.ffn_norm, dim, self.eps)
+            matmul(self.bhb, &lw.w1, self.bxb, n, &self.qscratch, self.n_threads)
+            matmul(self.bhb2, &lw.w3, self.bxb, n, &self.qscratch, self.n_threads)
+            for i in range(n):
+                swiglu(self.bhb + i * hidden, self.bhb2 + i * hidden, hidden)
+            matmul(self.bxb, &lw.w2, self.bhb, n, &self.qscratch, self.n_threads)
+            for i in range(n):
+                add_inplace(x + i * dim, self.bxb + i * dim, dim)
+            self._check_block_rows(li, n)
+        for i in range(n):
+            rmsnorm(x + i * dim, x + i * dim, self.final_norm, dim, self.eps)
+        if self.capture_hidden != NULL:
+            memcpy(self.capture_hidden, x, n * dim * sizeof(float))
+        self._first_bad_row(n, pos)
+        if self.ledger != NULL:
+            # running sums: the ledger after each position of the block
+            self.ledger[0] += base
+            for i in range(1, n):
+                self.ledger[i] += self.ledger[i - 1]
+        if self.skip_logits:
+            return 0
+        if logits != NULL:
+            matmul(logits, &self.cls, x, n, &self.qscratch, self.n_threads)
         else:
-            self.nonfinite_stage = NONFINITE_FFN
+            matvec(self.logits, &self.cls, x + (n - 1) * dim, &self.qscratch, self.n_threads)
+        return 0
+
+    def forward_block(self, const int32_t[::1] tokens, long long pos, float[:, ::1] logits=None):
+        """Run ``tokens`` at positions pos, pos + 1, ... (any number, in passes of max_block).
+
+        ``logits`` float32[len(tokens), vocab]: receives every position's logits. Without it, the
+        last position's logits are in the read-only view this returns (as ``forward``). Bit-identical
+        to one ``forward`` per token. Capture buffers (``set_capture``) and a ledger (``set_ledger``)
+        need len(tokens) <= max_block and as many rows."""
+        cdef Py_ssize_t n = tokens.shape[0]
+        cdef Py_ssize_t i, c, m
+        cdef float* out
+        if n < 1:
+            raise ValueError("forward_block needs at least one token")
+        if logits is not None and (logits.shape[0] < n or logits.shape[1] != self.vocab_size):
+            raise ValueError(f"forward_block: logits must be float32 [{n}, {self.vocab_size}], "
+                             f"got [{logits.shape[0]}, {logits.shape[1]}]")
+        if (self.capture != NULL or self.capture_hidden != NULL or self.ledger != NULL) and (
+                n > self.max_block or (n > self.capture_rows and self.capture_rows > 0)):
+            raise ValueError(f"forward_block: {n} positions, but the capture buffers and ledger hold "
+                             f"{min(self.max_block, self.capture_rows or self.max_block)}")
+        for i in range(n):
+            self._check(tokens[i], pos + i)
+        cdef bint fast = self.attention.native and not self.tracing
+        for c in range(0, n, self.max_block):
+            m = min(self.max_block, n - c)
+            out = NULL if logits is None else &logits[c, 0]
+            if fast:
+                with nogil:
+                    self.forward_block_c(&tokens[c], m, pos + c, out)
+            else:
+                self.forward_block_c(&tokens[c], m, pos + c, out)
+        return self.logits_view
 
     def _check(self, int token, long long pos):
         if not 0 <= token < self.vocab_size:
@@ -316,18 +594,20 @@ cdef class Engine:
 
     def generate_into(self, const int32_t[::1] prompt, long long steps, Sampler sampler, int32_t[::1] out,
                       on_token=None, const int32_t[::1] stop_ids=None, bint stop_in_prompt=False):
-        """run.c's generation loop. Writes sampled ids into ``out`` and returns
-        ``(n_generated, stop_token or -1, seconds_after_first_forward, positions_run)``.
+        """run.c's generation loop, with the prompt run in blocks. Writes sampled ids into ``out`` and
+        returns ``(n_generated, stop_token or -1, decode_seconds, positions_run, prompt_seconds)``.
 
         ``steps`` counts positions including the prompt's; the first prompt token is at position
-        0 (the plugin is reset first). Stops early when the next sampled id is one of ``stop_ids``
-        (it is not written; ``None`` or empty: never stops early). ``stop_in_prompt``: a stop id
-        that comes next in the prompt stops too (run.c's rule for BOS; llama.cpp never stops inside
-        the prompt).
-        ``on_token(id)`` is called with every next id, forced prompt ids included (what run.c
-        prints), when given. With ``on_token=None`` and a native plugin, the loop allocates nothing
-        and never takes the GIL. NaN or Inf in a position's residual stream or logits raises
-        NonFiniteError naming the position and layer (never sampled).
+        0 (the plugin is reset first). The prompt's positions run first as blocks (``forward_block_c``:
+        the same logits as one forward each), timed as ``prompt_seconds``; ``decode_seconds`` runs
+        from there to the end (for a one-token prompt: from the end of the first forward pass, as
+        run.c times it). Stops early when the next sampled id is one of ``stop_ids`` (it is not
+        written; ``None`` or empty: never stops early). ``stop_in_prompt``: a stop id that comes next
+        in the prompt stops too (run.c's rule for BOS; llama.cpp never stops inside the prompt).
+        ``on_token(id)`` is called with every next id, forced prompt ids included (what run.c prints;
+        those once the prompt has run), when given. With ``on_token=None`` and a native plugin, the
+        loop allocates nothing and never takes the GIL. NaN or Inf in a position's residual stream or
+        logits raises NonFiniteError naming the position and layer (never sampled).
         """
         cdef Py_ssize_t n_prompt = prompt.shape[0]
         if n_prompt < 1:
@@ -336,26 +616,45 @@ cdef class Engine:
             raise ValueError(f"steps={steps} is more than the plugin's max_positions={self.attention.max_positions}")
         if out.shape[0] < max(steps - n_prompt + 1, 0):
             raise ValueError("out is too small for the ids that can be generated")
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, j
         for i in range(n_prompt):
             self._check(prompt[i], 0)
         self.attention.reset()  # a new sequence from position 0 (plugins take positions in order)
+        cdef Py_ssize_t n_stop = 0 if stop_ids is None else stop_ids.shape[0]
+        # the positions whose tokens are known: the prompt, up to steps and a stop id inside it
+        cdef Py_ssize_t n_pre = min(n_prompt, steps) if steps > 0 else 0
+        i = 1
+        while stop_in_prompt and i < n_pre:
+            for j in range(n_stop):
+                if prompt[i] == stop_ids[j]:
+                    n_pre = i  # positions 0 .. i - 1 run, then the loop stops on prompt[i]
+            i += 1
         cdef long long pos = 0
         cdef int token = prompt[0]
         cdef int next_token
         cdef Py_ssize_t n_out = 0
         cdef int stop_token = -1
-        cdef Py_ssize_t n_stop = 0 if stop_ids is None else stop_ids.shape[0]
-        cdef double start = 0.0
+        cdef Py_ssize_t c
         cdef bint fast = self.attention.native and not self.tracing and on_token is None
-        while pos < steps:
+        cdef double start = now_seconds()
+        for c in range(0, n_pre, self.max_block):
             if fast:
                 with nogil:
-                    self.forward_c(token, pos)
+                    self.forward_block_c(&prompt[c], min(self.max_block, n_pre - c), c, NULL)
             else:
-                self.forward_c(token, pos)
-            if self.nonfinite_layer >= 0 or not all_finite(self.logits, self.vocab_size):
-                raise NonFiniteError.at(pos, self.nonfinite_layer, self.nonfinite_stage, self.n_layers,
+                self.forward_block_c(&prompt[c], min(self.max_block, n_pre - c), c, NULL)
+        cdef double prompt_seconds = now_seconds() - start
+        start = now_seconds()
+        while pos < steps:
+            if pos >= n_pre:
+                if fast:
+                    with nogil:
+                        self.forward_c(token, pos)
+                else:
+                    self.forward_c(token, pos)
+            if pos >= n_pre - 1 and (self.nonfinite_layer >= 0 or not all_finite(self.logits, self.vocab_size)):
+                raise NonFiniteError.at(self.nonfinite_position if self.nonfinite_layer >= 0 else pos,
+                                        self.nonfinite_layer, self.nonfinite_stage, self.n_layers,
                                         type(self.attention).name)
             if pos < n_prompt - 1:
                 next_token = prompt[pos + 1]
@@ -374,7 +673,5 @@ cdef class Engine:
             if on_token is not None:
                 on_token(next_token)
             token = next_token
-            if start == 0.0:
-                start = now_seconds()
-        cdef double elapsed = now_seconds() - start if start != 0.0 else 0.0
-        return n_out, stop_token, elapsed, pos
+        cdef double elapsed = now_seconds() - start
+        return n_out, stop_token, elapsed, pos, prompt_seconds

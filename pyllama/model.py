@@ -3,6 +3,7 @@
 m = Model.load("stories260K.bin", tokenizer="tok512.bin")
 out = m.generate("Once upon a time", steps=256, temperature=0.0)
 logits = m.forward(token, pos)
+block = m.logits(token_ids)        # float32[len(token_ids), vocab], positions run in blocks
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ class Generation:
     prompt_ids: list[int]
     ids: list[int]  # generated after the prompt (the end token that stopped generation not included)
     text: str  # what was streamed: prompt text and generated text, decoded like run.c prints it
-    tok_per_s: float  # measured as run.c does: from the end of the first forward pass
+    tok_per_s: float  # decode: positions after the prompt per second (from BOS alone: timed as run.c does)
     memory_bytes: int  # the attention plugin's ledger at the end
     stop_token: int | None = None  # the end token that stopped generation (BOS for llama2.c models)
     steps: int = 0  # positions run
     notices: list[str] = field(default_factory=list)
+    prompt_tok_per_s: float = 0.0  # the prompt's positions per second (run as blocks of positions)
 
     @property
     def stopped_on_bos(self) -> bool:
@@ -63,6 +65,7 @@ class Generation:
             "ids": self.ids,
             "text": self.text,
             "tok_per_s": self.tok_per_s,
+            "prompt_tok_per_s": self.prompt_tok_per_s,
             "memory_bytes": self.memory_bytes,
         }
 
@@ -138,6 +141,29 @@ class Model:
         if self._engine is not None:
             self._engine.reset()
 
+    def logits(
+        self, tokens: list[int] | np.ndarray, attention: str | Attention | None = None, threads: int | None = None
+    ) -> np.ndarray:
+        """float32[len(tokens), vocab]: the logits of every position of ``tokens`` fed from position 0,
+        run in blocks of positions (each weight read once per block; bit-identical to ``forward``
+        position by position). ``attention``: a plugin spec or instance (default: causal)."""
+        ids = np.ascontiguousarray(tokens, dtype=np.int32)
+        if ids.ndim != 1 or ids.shape[0] == 0:
+            raise InputError(f"logits: tokens must be a non-empty 1-D sequence of ids, got shape {ids.shape}")
+        bad = (ids < 0) | (ids >= self.config.vocab_size)
+        if bad.any():
+            raise InputError(
+                f"logits: token id {int(ids[bad][0])} is outside the vocabulary of {self.config.vocab_size}"
+            )
+        engine = self.engine(attention, threads)
+        if ids.shape[0] > engine.max_positions:
+            raise InputError(
+                f"logits: {ids.shape[0]} tokens but the attention plugin holds {engine.max_positions} positions"
+            )
+        out = np.zeros((ids.shape[0], self.config.vocab_size), dtype=np.float32)
+        engine.forward_block(ids, 0, out)
+        return out
+
     def diff(
         self,
         a: str | Attention | None,
@@ -146,13 +172,15 @@ class Model:
         text: str | None = None,
         threads: int | None = None,
         progress: bool | None = None,
+        blocks: bool = True,
     ) -> DiffReport:
         """Teacher-force a probe through plugins ``a`` and ``b`` (specs or instances) on these weights.
 
         ``probe``: ``"standard"`` (the default), ``"stories"``, ``"long"``, ``"recall"``, a text file
         path, a ``pyllama.diff.Probe`` or token ids; ``text``: a prompt string as the probe instead.
         Returns a ``pyllama.diff.DiffReport`` (per-position numpy arrays, ``.summary``,
-        ``.to_pandas()``, ``.plot()``).
+        ``.to_pandas()``, ``.plot()``). ``blocks=False`` runs one position at a time instead of
+        blocks of positions: the same report (timing aside), slower.
         """
         from pyllama.diff import run_diff
         from pyllama.diff.probes import probe_from_text
@@ -162,7 +190,9 @@ class Model:
             if probe is not None:
                 raise InputError("diff: give either probe= or text=, not both")
             probe = probe_from_text(text, self._require_tokenizer(), name="prompt")
-        return run_diff(self, a, b, "standard" if probe is None else probe, threads=threads, progress=progress)
+        return run_diff(
+            self, a, b, "standard" if probe is None else probe, threads=threads, progress=progress, blocks=blocks
+        )
 
     # ---- text --------------------------------------------------------------------------------
     def _require_tokenizer(self) -> Tokenizer:
@@ -255,7 +285,7 @@ class Model:
         prompt_arr = np.asarray(prompt_ids, dtype=np.int32)
         stop_ids = None if ignore_eos else np.array(sorted(self.stop_ids), dtype=np.int32)
         try:
-            n, stop_token, elapsed, pos = engine.generate_into(
+            n, stop_token, elapsed, pos, prompt_seconds = engine.generate_into(
                 prompt_arr, steps, sampler, out, on_token, stop_ids=stop_ids, stop_in_prompt=self.stops_like_runc
             )
         except PyllamaError:
@@ -270,7 +300,9 @@ class Model:
                 pieces.append(tail)
                 if on_text is not None:
                     on_text(tail)
-        tok_per_s = (pos - 1) / elapsed if elapsed > 0 and pos > 1 else 0.0
+        n_prompt_run = min(len(prompt_ids), pos)  # the positions the prompt's block pass ran
+        tok_per_s = (pos - n_prompt_run) / elapsed if elapsed > 0 and pos > n_prompt_run else 0.0
+        prompt_tok_per_s = n_prompt_run / prompt_seconds if prompt_seconds > 0 else 0.0
         return Generation(
             prompt_ids=prompt_ids,
             ids=out[:n].tolist(),
@@ -280,6 +312,7 @@ class Model:
             stop_token=int(stop_token) if stop_token >= 0 else None,
             steps=int(pos),
             notices=notices,
+            prompt_tok_per_s=prompt_tok_per_s,
         )
 
 

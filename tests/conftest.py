@@ -71,3 +71,14 @@ def gqa_unshared(tmp_path_factory) -> Path:
         "--seed",
         "3",
     )
+
+
+@pytest.fixture
+def parallel_always():
+    """Every kernel and plugin loop runs on a team, however small (pyllama.kernels.threads): the
+    thread-count tests then exercise the parallel path even on tiny models."""
+    from pyllama.kernels.threads import set_serial_below
+
+    previous = set_serial_below(0)
+    yield
+    set_serial_below(previous)

@@ -27,6 +27,9 @@ FIELDS = {
     "gb_per_s",
     "memory_bytes",
     "tok_per_s_runs",
+    "prompt_tokens",
+    "prompt_tok_per_s",
+    "prompt_tok_per_s_runs",
 }
 
 
@@ -62,6 +65,9 @@ def test_bench_json_on_stories260k():
     assert len(out["tok_per_s_runs"]) == 2 and out["tok_per_s"] == max(out["tok_per_s_runs"]) > 0
     assert out["gb_per_s"] == pytest.approx(out["bytes_per_token"] * out["tok_per_s"] / 1e9, rel=1e-12)
     assert out["load_ms"] > 0
+    # prompt processing: the model's whole context of 512 positions (llama-bench's pp512), best of the runs
+    assert out["prompt_tokens"] == seq == 512
+    assert len(out["prompt_tok_per_s_runs"]) == 2 and out["prompt_tok_per_s"] == max(out["prompt_tok_per_s_runs"]) > 0
     assert (out["steps"], out["repeats"], out["threads"], out["attention"]) == (16, 2, 1, "causal")
     kv_dim = n_kv * (dim // n_heads)
     assert out["memory_bytes"] == 2 * n_layers * 16 * kv_dim * 4  # causal: K and V of all 16 positions
@@ -109,6 +115,7 @@ def test_bench_table_and_errors(tmp_path):
         "threads",
         "steps",
         "decode tok/s",
+        "prompt tok/s",
         "load ms",
         "weights bytes",
         "bytes/token",

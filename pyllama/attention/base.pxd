@@ -1,5 +1,7 @@
 # The attention contract (DESIGN.md "The attention contract"); see base.pyx.
 
+from pyllama.kernels.threads cimport team_size
+
 cdef class Attention:
     cdef public object config          # ModelConfig: shapes and rope facts
     cdef public long long max_positions  # positions this plugin can hold; 0 until init: the context
@@ -7,11 +9,19 @@ cdef class Attention:
     cdef public bint native            # True: attend_c is implemented in C (no GIL, no Python per layer)
     cdef object _bound                 # numpy views of the engine's (q, k, v, out) for the Python path
     cdef const float* _bound_q
+    cdef object _bound_block           # the engine's block buffers (q, k, v, out), [rows, width] each
+    cdef const float* _block_q
+    cdef Py_ssize_t _block_rows
+    cdef int _q_dim, _kv_dim
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil
+    # positions pos .. pos + n - 1 of one layer, in order: q, out [n, q_dim], k, v [n, kv_dim] rows
+    cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                            float* out) except -1 nogil
 
 
 cdef inline int threads_for(int n_threads, long long work) noexcept nogil:
-    # Attention over few cached rows is cheaper on the calling thread than waking the team;
-    # results do not change (a head is computed by one thread either way).
-    return 1 if work < 32768 else n_threads
+    # Attention over few cached rows is cheaper on the calling thread than waking the team
+    # (pyllama/kernels/threads.pyx has the rule and its setting); results do not change (a head is
+    # computed by one thread either way). work: rows attended x n_heads x head_dim.
+    return team_size(n_threads, work)

@@ -21,6 +21,24 @@ reallocation) and ``memory_bytes()`` (the ledger: bytes of cache state held righ
 ``max_positions`` in ``__init__`` or ``init`` to run past the model's context (``UNBOUNDED`` for
 memory that does not grow); it defaults to the context (``config.seq_len``).
 
+**Blocks.** When the tokens are known in advance (a prompt, a probe, teacher forcing), the engine
+runs a block of positions p .. p + m - 1 at once: for each layer it hands the plugin all m positions
+of that layer, in order, before the next layer starts. So a plugin sees (layer 0, p), (layer 0,
+p + 1), ..., (layer 0, p + m - 1), (layer 1, p), ... instead of position-major order. Every
+built-in keeps each layer's state apart, so it computes the same bits either way (tested). The rules:
+
+* A plugin whose layers depend on one another (layer l at position t reads what layer l' wrote at
+  t) sets the class attribute ``per_position_order = True``; the engine then runs its blocks one
+  position at a time, in the usual order.
+* The optional hook ``attend_block(layer, pos, q, k, v, out)`` (rows: q, out [n, q_dim], k, v
+  [n, kv_dim]; ``attend_block_c`` for a Cython plugin) takes a layer's positions pos .. pos + n - 1
+  at once. It must give exactly the bits of n ``attend`` calls in order; the default is that loop.
+* ``memory_bytes()`` must be the sum of what each layer holds, each layer's part depending on that
+  layer's state only. Then the engine reports the ledger per position of a block (the diff's
+  memory column: bytes held after position p) by asking ``memory_bytes()`` after each call and
+  adding up every layer's change at each position. A plugin that cannot say it per layer declares
+  ``per_position_order``.
+
 A class declares ``description`` (one line) and ``knobs`` (its spec-string arguments, each a
 constructor keyword). ``pyllama.attention.registry`` checks all of this when a plugin is registered
 or loaded, and names the plugin and the problem when something is missing.
@@ -37,6 +55,7 @@ cdef class Attention:
     name = "attention"  # the registry name; subclasses override
     description = ""  # one line for `pyllama plugins`
     knobs = ()  # the spec-string arguments: a tuple of pyllama.attention.spec.Knob (constructor keywords)
+    per_position_order = False  # True: the layers depend on each other, so blocks run position by position
 
     def __cinit__(self, *args, **kwargs):
         self.max_positions = 0
@@ -44,6 +63,9 @@ cdef class Attention:
         self.native = False
         self._bound = None
         self._bound_q = NULL
+        self._bound_block = None
+        self._block_q = NULL
+        self._block_rows = 0
 
     def init(self, config, pool):
         """Allocate all state for ``config`` (a ModelConfig); ``pool.n_threads`` threads may be used."""
@@ -79,17 +101,49 @@ cdef class Attention:
             )
         self.attend_c(layer, pos, &qv[0], &kv[0], &vv[0], &ov[0])
 
-    def _configure(self, config, pool, q=None, k=None, v=None, out=None):
+    def attend_block(self, int layer, long long pos, q, k, v, out):
+        """Attention of positions pos .. pos + n - 1 of one layer (numpy rows: q, out [n, q_dim],
+        k, v [n, kv_dim]); must equal n ``attend`` calls in order, bit for bit, which is the default."""
+        cdef float[:, ::1] qv, kv, vv, ov
+        cdef Py_ssize_t i
+        if not self.native:
+            for i in range(q.shape[0]):
+                self.attend(layer, pos + i, q[i], k[i], v[i], out[i])
+            return
+        qv, kv, vv, ov = q, k, v, out
+        cfg = self.config
+        if cfg is None:
+            raise RuntimeError(f"{type(self).__name__}: attend_block() before init()")
+        n = qv.shape[0]
+        if (qv.shape[1] != cfg.q_dim or ov.shape[1] != cfg.q_dim or kv.shape[1] != cfg.kv_dim
+                or vv.shape[1] != cfg.kv_dim or not (kv.shape[0] == vv.shape[0] == ov.shape[0] == n)):
+            raise ValueError(f"attend_block: expected n rows of q/out {cfg.q_dim} and k/v {cfg.kv_dim} floats")
+        if n:
+            self.attend_block_c(layer, pos, n, &qv[0, 0], &kv[0, 0], &vv[0, 0], &ov[0, 0])
+
+    def _configure(self, config, pool, q=None, k=None, v=None, out=None, block=None):
         """Called by the engine before ``init``: fills in what every plugin has.
 
-        ``q, k, v, out`` are the engine's buffers, handed to a Python ``attend`` as numpy views.
+        ``q, k, v, out`` are the engine's buffers, handed to a Python ``attend`` as numpy views, and
+        ``block`` its block buffers (q, k, v, out) [rows, width], handed to ``attend_block``.
         Without them (a plugin driven directly, e.g. wrapped inside another plugin or in a test),
         ``attend`` is called with the caller's arrays only.
         """
+        cdef float[:, ::1] bq
         self.config = config
         self.n_threads = pool.n_threads
+        self._q_dim = config.q_dim
+        self._kv_dim = config.kv_dim
         if self.max_positions <= 0:
             self.max_positions = config.seq_len
+        self._bound_block = None
+        self._block_q = NULL
+        self._block_rows = 0
+        if block is not None:
+            self._bound_block = tuple(block)
+            bq = block[0]
+            self._block_q = &bq[0, 0]
+            self._block_rows = bq.shape[0]
         if q is None:
             self._bound = None
             self._bound_q = NULL
@@ -105,4 +159,22 @@ cdef class Attention:
                 raise RuntimeError(f"{type(self).__name__}: the Python path only runs on the engine's buffers")
             bq, bk, bv, bo = self._bound
             self.attend(layer, pos, bq, bk, bv, bo)
+        return 0
+
+    cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                            float* out) except -1 nogil:
+        # Native: n attend_c calls. The Python path: rows r .. r + n - 1 of the engine's block buffers
+        # (q points at row r) handed to attend_block() as numpy views.
+        cdef Py_ssize_t i, r
+        if self.native:
+            for i in range(n):
+                self.attend_c(layer, pos + i, q + i * self._q_dim, k + i * self._kv_dim, v + i * self._kv_dim,
+                              out + i * self._q_dim)
+            return 0
+        with gil:
+            r = (q - self._block_q) // self._q_dim if self._block_q != NULL else -1
+            if r < 0 or r + n > self._block_rows or q != self._block_q + r * self._q_dim:
+                raise RuntimeError(f"{type(self).__name__}: the Python path only runs on the engine's buffers")
+            bq, bk, bv, bo = self._bound_block
+            self.attend_block(layer, pos, bq[r:r + n], bk[r:r + n], bv[r:r + n], bo[r:r + n])
         return 0

@@ -1,9 +1,11 @@
 """Teacher forcing through two plugins that share one set of weights.
 
 Both engines see the same tokens at the same positions: every sequence of the probe is fed from
-position 0 after a reset, one ``forward`` per position, so each plugin receives exactly the calls
-generation would make. Each engine copies its per-layer attention output and its final hidden
-state into capture buffers (``Engine.set_capture``) and skips its classifier: the logits of a
+position 0 after a reset, in blocks of positions (``Engine.forward_block``: each weight read once
+per block, the same bits as one ``forward`` per position, the plugin's ledger reported per position
+through ``Engine.set_ledger``). Each engine copies its per-layer attention output and its final
+hidden state into capture buffers (``Engine.set_capture``, one row per position) and skips its
+classifier: the logits of a
 block of positions are computed afterwards by ``classify_block``, the same per-element arithmetic
 with the classifier read once per block (bit-identical to ``Engine.forward``'s logits; the tests
 check it). With two or more threads the two engines run a block concurrently, half the thread
@@ -45,18 +47,27 @@ PROGRESS_MIN_POSITIONS = 2000  # show a progress bar (on a terminal) for probes 
 
 class _Side:
     """One engine with its block buffers. The engine skips its classifier; ``run`` applies it to the
-    whole block afterwards (``classify_block``: the same arithmetic, weights read once per block)."""
+    whole block afterwards (``classify_block``: the same arithmetic, weights read once per block).
+
+    ``blocks``: the engine runs a block of positions at once (``Engine.forward_block``: the same bits
+    as one ``forward`` per position; the ledger of each position comes from ``set_ledger``); False:
+    one ``forward`` per position, asking ``memory_bytes()`` after each."""
 
     def __init__(
-        self, label: str, engine: Engine, block: int, config: ModelConfig, weights: Weights, n_threads: int
+        self,
+        label: str,
+        engine: Engine,
+        block: int,
+        config: ModelConfig,
+        weights: Weights,
+        n_threads: int,
+        blocks: bool = True,
     ) -> None:
         self.label = label
         self.engine = engine
         self.classifier = weights.classifier
         self.n_threads = n_threads
-        self.capture = np.zeros((config.n_layers, config.q_dim), dtype=np.float32)
-        self.final = np.zeros(config.dim, dtype=np.float32)
-        engine.set_capture(self.capture, self.final, logits=False)
+        self.blocks = blocks
         self.hidden = np.zeros((block, config.dim), dtype=np.float32)
         self.logits = np.zeros((block, config.vocab_size), dtype=np.float32)
         self.att = np.zeros((block, config.n_layers, config.q_dim), dtype=np.float32)
@@ -64,12 +75,35 @@ class _Side:
         self.bad_layer = np.full(block, -1, dtype=np.int32)  # the engine's nonfinite_layer per position
         self.logp = np.zeros((block, config.vocab_size))  # float64 log-probabilities of the block
         self.probs = np.zeros((block, config.vocab_size))
+        if blocks:
+            engine.set_capture(self.att, self.hidden, logits=False)
+            engine.set_ledger(self.mem)
+        else:
+            self.capture = np.zeros((config.n_layers, config.q_dim), dtype=np.float32)
+            self.final = np.zeros(config.dim, dtype=np.float32)
+            engine.set_capture(self.capture, self.final, logits=False)
 
     def run(self, tokens: np.ndarray, start: int, where: str) -> None:
+        m = tokens.shape[0]
+        try:
+            if self.blocks:
+                self.engine.forward_block(np.ascontiguousarray(tokens, dtype=np.int32), start)
+                self.bad_layer[:m] = self.engine.block_nonfinite_layers[:m]
+            else:
+                self._run_positions(tokens, start, where)
+        except PyllamaError:
+            raise
+        except Exception as exc:
+            at = f"position {start}" if m == 1 else f"positions {start}..{start + m - 1}"
+            raise PluginError(f"{self.label}: failed at {where} {at} ({type(exc).__name__}: {exc})") from exc
+        classify_block(self.classifier, self.hidden[:m], self.logits, self.n_threads)
+        # float64 log-softmax here, so the two sides do theirs concurrently (numpy releases the GIL)
+        metrics.log_softmax(self.logits[:m], out=self.logp[:m], probs=self.probs[:m])
+
+    def _run_positions(self, tokens: np.ndarray, start: int, where: str) -> None:
         engine = self.engine
         attention = engine.attention
-        m = tokens.shape[0]
-        for i in range(m):
+        for i in range(tokens.shape[0]):
             pos = start + i
             try:
                 engine.forward(int(tokens[i]), pos)
@@ -83,9 +117,6 @@ class _Side:
             self.att[i] = self.capture
             self.bad_layer[i] = engine.nonfinite_layer
             self.mem[i] = checked_memory_bytes(attention, self.label)
-        classify_block(self.classifier, self.hidden[:m], self.logits, self.n_threads)
-        # float64 log-softmax here, so the two sides do theirs concurrently (numpy releases the GIL)
-        metrics.log_softmax(self.logits[:m], out=self.logp[:m], probs=self.probs[:m])
 
 
 def run_diff(
@@ -96,8 +127,12 @@ def run_diff(
     threads: int | None = None,
     progress: bool | None = None,
     block: int = BLOCK,
+    blocks: bool = True,
 ) -> DiffReport:
-    """Teacher-force ``probe`` through plugins ``a`` and ``b`` on ``model``'s weights: a DiffReport."""
+    """Teacher-force ``probe`` through plugins ``a`` and ``b`` on ``model``'s weights: a DiffReport.
+
+    ``blocks=False`` runs one forward per position instead of blocks of ``block`` positions: the
+    same report (timing aside), slower; for checking the block path."""
     t_start = time.perf_counter()
     config = model.config
     block = max(1, min(block, BLOCK_VALUES // config.vocab_size))
@@ -116,12 +151,12 @@ def run_diff(
     total_threads = max(1, int(threads or getattr(model, "threads", 1) or 1))
     concurrent = total_threads >= 2
     per_engine = max(1, total_threads // 2) if concurrent else total_threads
-    with plugin_calls(label_a, "init"):
-        engine_a = Engine(config, model.weights, plugin_a, per_engine)
-    with plugin_calls(label_b, "init"):
-        engine_b = Engine(config, model.weights, plugin_b, per_engine)
-    side_a = _Side(label_a, engine_a, block, config, model.weights, per_engine)
-    side_b = _Side(label_b, engine_b, block, config, model.weights, per_engine)
+    sides = []
+    for label, plugin in ((label_a, plugin_a), (label_b, plugin_b)):
+        with plugin_calls(label, "init"):
+            engine = Engine(config, model.weights, plugin, per_engine, max_block=block)
+        sides.append(_Side(label, engine, block, config, model.weights, per_engine, blocks))
+    side_a, side_b = sides
     max_a, max_b = side_a.engine.max_positions, side_b.engine.max_positions
 
     notes: list[str] = []
@@ -217,8 +252,9 @@ def run_diff(
             bar.close()
         if pool is not None:
             pool.shutdown()
-        side_a.engine.set_capture()
-        side_b.engine.set_capture()
+        for side in sides:
+            side.engine.set_capture()
+            side.engine.set_ledger()
 
     recall = _recall_rows(pr, seg_infos, offsets, cols)
     kv_bytes = 2 * config.n_layers * config.kv_dim * 4

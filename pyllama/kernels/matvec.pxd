@@ -36,7 +36,13 @@ cdef struct QuantScratch:
 cdef float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil
 cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows, Py_ssize_t cols,
                      int n_threads) noexcept nogil
+cdef void matmul_f32(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows, Py_ssize_t cols,
+                     int n_threads) noexcept nogil
 cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_pos=*)
 cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil
+# out[n_pos, m.rows] = x[n_pos, m.cols] @ W^T, each weight row read once per block; element (p, r)
+# bit-identical to matvec on x[p]
+cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                 int n_threads) noexcept nogil
 cdef void embedding_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil
 cdef Matrix matrix_of(object tensor)

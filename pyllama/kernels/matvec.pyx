@@ -14,21 +14,23 @@ row's value does not depend on which group it falls in; the tests check this bit
 
 ``matvec`` dispatches on the stored type; quantised types live in ``quant.pyx`` (F16, Q8_0, llama2.c
 int8 groups), ``qlegacy.pyx`` (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, BF16) and ``kquants.pyx`` (Q2_K-Q6_K).
+``matmul`` is the block product (prompts, teacher forcing): each weight row is read once per block of
+positions and every element keeps exactly ``matvec``'s arithmetic.
 """
 
 from cython.parallel cimport prange
 
 import numpy as np
 
-from pyllama.kernels.quant cimport matvec_f16, matvec_q8_0, matvec_q8_groups, dequantize_row
+from pyllama.kernels.quant cimport (
+    matvec_f16, matvec_q8_0, matvec_q8_groups, matmul_f16, matmul_q8_0, matmul_q8_groups, dequantize_row,
+)
+from pyllama.kernels.threads cimport team_size
 from pyllama.kernels.qlegacy cimport matmul_qlegacy, dequantize_row_qlegacy
 from pyllama.kernels.kquants cimport matmul_kquant, dequantize_row_kquant
 
 DEF WIDE = 64  # 8 independent 8-float vectors: enough FMAs in flight to hide their latency
 DEF LANES = 16
-# Below this many weights a matrix is multiplied on the calling thread: waking the team costs more
-# than it saves (the result is the same either way: a row is one dot product whoever computes it).
-DEF SERIAL_BELOW = 1 << 15
 
 cdef extern from *:
     """
@@ -75,42 +77,149 @@ cdef extern from *:
     static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n,
                                  float* out) { (void)w; (void)stride; (void)x; (void)n; (void)out; }
     #endif
+
+    /* ---- float32 dot product: the lanes of dot_f32 (see its docstring), written out so that the
+       block tile below provably gives the same bits: lane u is a chain of fused multiply-adds over
+       j = u (mod 64), lanes 0-15 then take the whole groups of 16 that remain. ---- */
+    #if defined(__AVX2__) && defined(__FMA__)
+    #include <immintrin.h>
+    #define PYLLAMA_F32_AVX2 1
+    #else
+    #define PYLLAMA_F32_AVX2 0
+    #endif
+
+    /* the fixed reduction 64 -> 16 -> 4 -> 1 of the lanes l (overwritten), then the tail in order */
+    static inline float pyllama_finish_f32(float* l, const float* a, const float* b, Py_ssize_t n) {
+        const Py_ssize_t n_main = n - n % 16;
+        for (int u = 0; u < 16; u++) l[u] = (l[u] + l[u + 16]) + (l[u + 32] + l[u + 48]);
+        for (int u = 0; u < 4; u++) l[u] = (l[u] + l[u + 4]) + (l[u + 8] + l[u + 12]);
+        float total = (l[0] + l[2]) + (l[1] + l[3]);
+        for (Py_ssize_t j = n_main; j < n; j++) total = total + a[j] * b[j];
+        return total;
+    }
+
+    static float pyllama_dot_f32(const float* a, const float* b, Py_ssize_t n) {
+        const Py_ssize_t n_wide = n - n % 64, n_main = n - n % 16;
+        Py_ssize_t j;
+        float l[64];
+    #if PYLLAMA_F32_AVX2
+        __m256 acc[8];
+        for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_ps();
+        for (j = 0; j < n_wide; j += 64)
+            for (int k = 0; k < 8; k++)
+                acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8 * k), _mm256_loadu_ps(b + j + 8 * k), acc[k]);
+        for (; j < n_main; j += 16)
+            for (int k = 0; k < 2; k++)
+                acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8 * k), _mm256_loadu_ps(b + j + 8 * k), acc[k]);
+        for (int k = 0; k < 8; k++) _mm256_storeu_ps(l + 8 * k, acc[k]);
+    #else
+        for (int u = 0; u < 64; u++) l[u] = 0.0f;
+        for (j = 0; j < n_wide; j += 64)
+            for (int u = 0; u < 64; u++) l[u] = l[u] + a[j + u] * b[j + u];
+        for (; j < n_main; j += 16)
+            for (int u = 0; u < 16; u++) l[u] = l[u] + a[j + u] * b[j + u];
+    #endif
+        return pyllama_finish_f32(l, a, b, n);
+    }
+
+    #if PYLLAMA_F32_AVX2
+    /* The block tile: R rows of w times P positions of x (R <= 4, P <= 3), every (r, p) with exactly
+       pyllama_dot_f32's lanes. The 64 lanes of 12 products do not fit in 16 registers, so the tile
+       runs one group of 8 lanes at a time over the whole row (the rows stay in cache): 12
+       accumulators, each loaded weight vector used P times and each x vector R times. The lanes go
+       to lanes[(r * P + p) * 64 ...] for the reduction. */
+    static inline __attribute__((always_inline)) void pyllama_tile_f32(
+            const float* w, const float* x, Py_ssize_t cols, float* lanes, const int R, const int P) {
+        const Py_ssize_t n_wide = cols - cols % 64, n_main = cols - cols % 16;
+        for (int k = 0; k < 8; k++) {
+            __m256 acc[4][3];
+            __m256 wv[4];
+            for (int r = 0; r < R; r++)
+                for (int p = 0; p < P; p++) acc[r][p] = _mm256_setzero_ps();
+            const float* wk = w + 8 * k;
+            const float* xk = x + 8 * k;
+            for (Py_ssize_t j = 0; j < n_wide; j += 64) {
+                for (int r = 0; r < R; r++) wv[r] = _mm256_loadu_ps(wk + r * cols + j);
+                for (int p = 0; p < P; p++) {
+                    const __m256 xv = _mm256_loadu_ps(xk + p * cols + j);
+                    for (int r = 0; r < R; r++) acc[r][p] = _mm256_fmadd_ps(wv[r], xv, acc[r][p]);
+                }
+            }
+            if (k < 2) {
+                for (Py_ssize_t j = n_wide; j < n_main; j += 16) {
+                    for (int r = 0; r < R; r++) wv[r] = _mm256_loadu_ps(wk + r * cols + j);
+                    for (int p = 0; p < P; p++) {
+                        const __m256 xv = _mm256_loadu_ps(xk + p * cols + j);
+                        for (int r = 0; r < R; r++) acc[r][p] = _mm256_fmadd_ps(wv[r], xv, acc[r][p]);
+                    }
+                }
+            }
+            for (int r = 0; r < R; r++)
+                for (int p = 0; p < P; p++) _mm256_storeu_ps(lanes + (r * P + p) * 64 + 8 * k, acc[r][p]);
+        }
+    }
+
+    #define PYLLAMA_TILE_CASE(R, P) case 4 * (R) + (P): pyllama_tile_f32(w, x, cols, lanes, R, P); break;
+
+    /* out[p * rows + r] = pyllama_dot_f32(w[r], x[p]) for rows r0 .. r1 - 1 (at most 4) and every position */
+    static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos,
+                                        Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t r0, Py_ssize_t r1) {
+        float lanes[4 * 3 * 64];
+        const int R = (int)(r1 - r0);
+        const float* wr = w + r0 * cols;
+        for (Py_ssize_t p0 = 0; p0 < n_pos; p0 += 3) {
+            const int P = n_pos - p0 < 3 ? (int)(n_pos - p0) : 3;
+            const float* xp = x + p0 * cols;
+            {
+                const float* w = wr;
+                const float* x = xp;
+                switch (4 * R + P) {
+                    PYLLAMA_TILE_CASE(1, 1) PYLLAMA_TILE_CASE(1, 2) PYLLAMA_TILE_CASE(1, 3)
+                    PYLLAMA_TILE_CASE(2, 1) PYLLAMA_TILE_CASE(2, 2) PYLLAMA_TILE_CASE(2, 3)
+                    PYLLAMA_TILE_CASE(3, 1) PYLLAMA_TILE_CASE(3, 2) PYLLAMA_TILE_CASE(3, 3)
+                    PYLLAMA_TILE_CASE(4, 1) PYLLAMA_TILE_CASE(4, 2) PYLLAMA_TILE_CASE(4, 3)
+                }
+            }
+            for (int r = 0; r < R; r++)
+                for (int p = 0; p < P; p++)
+                    out[(p0 + p) * rows + r0 + r] = pyllama_finish_f32(lanes + (r * P + p) * 64, wr + r * cols,
+                                                                       xp + p * cols, cols);
+        }
+    }
+    #else
+    static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos,
+                                        Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t r0, Py_ssize_t r1) {
+        for (Py_ssize_t r = r0; r < r1; r++)
+            for (Py_ssize_t p = 0; p < n_pos; p++)
+                out[p * rows + r] = pyllama_dot_f32(w + r * cols, x + p * cols, cols);
+    }
+    #endif
     """
     bint HAVE_DOT4 "PYLLAMA_HAVE_DOT4"
     void dot4_f32 "pyllama_dot4_f32"(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n,
                                      float* out) noexcept nogil
+    float dot_f32_c "pyllama_dot_f32"(const float* a, const float* b, Py_ssize_t n) noexcept nogil
+    void matmul_f32_rows "pyllama_matmul_f32_rows"(float* out, const float* w, const float* x, Py_ssize_t n_pos,
+                                                   Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t r0,
+                                                   Py_ssize_t r1) noexcept nogil
 
 
 cdef float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil:
-    """Dot product with independent accumulators; the summation order depends on n alone."""
-    cdef float acc[WIDE]
-    cdef Py_ssize_t j, u
-    cdef Py_ssize_t n_wide = n - n % WIDE
-    cdef Py_ssize_t n_main = n - n % LANES
-    for u in range(WIDE):
-        acc[u] = 0.0
-    for j in range(0, n_wide, WIDE):
-        for u in range(WIDE):
-            acc[u] = acc[u] + a[j + u] * b[j + u]
-    for j in range(n_wide, n_main, LANES):
-        for u in range(LANES):
-            acc[u] = acc[u] + a[j + u] * b[j + u]
-    # fixed reduction: 64 lanes to 16, 16 to 4, 4 to 1, then the tail in order
-    for u in range(LANES):
-        acc[u] = (acc[u] + acc[u + 16]) + (acc[u + 32] + acc[u + 48])
-    for u in range(4):
-        acc[u] = (acc[u] + acc[u + 4]) + (acc[u + 8] + acc[u + 12])
-    cdef float total = (acc[0] + acc[2]) + (acc[1] + acc[3])
-    for j in range(n_main, n):
-        total = total + a[j] * b[j]
-    return total
+    """Dot product with 64 independent accumulators; the summation order depends on n alone.
+
+    Lane u accumulates a[j] * b[j] for j = u (mod 64) over the whole groups of 64 (fused
+    multiply-adds where the CPU has them), lanes 0-15 then the remaining whole groups of 16; the
+    lanes are reduced 64 -> 16 -> 4 -> 1 in a fixed order and the last n mod 16 products added in
+    order. (C in the block above, so that ``matmul``'s tile shares it.)"""
+    return dot_f32_c(a, b, n)
 
 
 cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows, Py_ssize_t cols,
                      int n_threads) noexcept nogil:
     cdef Py_ssize_t i, g
     cdef Py_ssize_t grouped = rows - rows % 4 if HAVE_DOT4 else 0
-    if rows * cols < SERIAL_BELOW:
+    # small matrices stay on the calling thread (threads.pyx); a row is one dot product whoever computes it
+    if team_size(n_threads, rows * cols) == 1:
         for g in range(0, grouped, 4):
             dot4_f32(w + g * cols, cols, x, cols, out + g)
     else:
@@ -123,6 +232,43 @@ cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows
             return
     for i in range(grouped, rows):
         out[i] = dot_f32(w + i * cols, x, cols)
+
+
+cdef void matmul_f32(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows, Py_ssize_t cols,
+                     int n_threads) noexcept nogil:
+    """out[p, i] = dot_f32(w[i], x[p]) bit for bit, in tiles of 4 rows x 3 positions that reuse every
+    loaded vector (AVX2 + FMA; elsewhere one dot_f32 per element). A tile of rows is read from
+    memory once per block and stays in cache for all positions; tiles are split over threads."""
+    cdef Py_ssize_t t, n_tiles = (rows + 3) // 4
+    if team_size(n_threads, rows * cols * n_pos) == 1:
+        for t in range(n_tiles):
+            matmul_f32_rows(out, w, x, n_pos, rows, cols, 4 * t, min(4 * t + 4, rows))
+        return
+    for t in prange(n_tiles, schedule="static", num_threads=n_threads):
+        matmul_f32_rows(out, w, x, n_pos, rows, cols, 4 * t, min(4 * t + 4, rows))
+
+
+cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                 int n_threads) noexcept nogil:
+    """out[n_pos, rows] = x[n_pos, cols] @ W^T, each weight row read once per block of positions.
+
+    Element (p, i) is bit-identical to ``matvec`` on x[p]: the same dot product of the same type,
+    after the same activation quantisation (``scratch`` holds n_pos quantised vectors; see
+    ``quant_scratch``). Rows are split over threads with a static schedule, as in ``matvec``."""
+    if n_pos == 1:
+        matvec(out, m, x, scratch, n_threads)
+    elif m.qtype == QTYPE_F32:
+        matmul_f32(out, <const float*>m.data, x, n_pos, m.rows, m.cols, n_threads)
+    elif m.qtype == QTYPE_F16:
+        matmul_f16(out, m, x, n_pos, n_threads)
+    elif m.qtype == QTYPE_Q8_0:
+        matmul_q8_0(out, m, x, n_pos, scratch, n_threads)
+    elif m.qtype == QTYPE_Q8_GROUPS:
+        matmul_q8_groups(out, m, x, n_pos, scratch, n_threads)
+    elif QTYPE_Q4_0 <= m.qtype <= QTYPE_BF16:
+        matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
+    elif QTYPE_Q2_K <= m.qtype <= QTYPE_Q6_K:
+        matmul_kquant(out, m, x, n_pos, scratch, n_threads)
 
 
 cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil:
@@ -210,23 +356,16 @@ def matvec_tensor(tensor, const float[::1] x, int n_threads=1):
 
 
 def matmul_tensor(tensor, const float[:, ::1] x, int n_threads=1):
-    """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for a weight ``Tensor`` of a block type (qlegacy, kquants),
-    through the block kernels: each element is bit-identical to ``matvec_tensor`` on x[p]."""
+    """x @ W^T (float32[n_pos, rows]) for a weight ``Tensor`` of any stored type, through ``matmul``."""
     if tensor.cols != x.shape[1] or tensor.cols == 0 or tensor.rows == 0 or x.shape[0] == 0:
         raise ValueError(f"matmul: W is {tensor.rows}x{tensor.cols} but x is {x.shape[0]}x{x.shape[1]}")
     cdef Matrix m = matrix_of(tensor)
-    if not (QTYPE_Q4_0 <= m.qtype <= QTYPE_BF16 or QTYPE_Q2_K <= m.qtype <= QTYPE_Q6_K):
-        raise ValueError(f"matmul_tensor: {tensor.qtype!r} has no block kernel here")
-    cdef Py_ssize_t n_pos = x.shape[0]
     cdef QuantScratch scratch
-    _owner = quant_scratch(&scratch, tensor.cols, n_pos)  # keeps the buffers alive
-    out = np.zeros((n_pos, tensor.rows), dtype=np.float32)
+    _owner = quant_scratch(&scratch, tensor.cols, x.shape[0])  # keeps the buffers alive
+    out = np.zeros((x.shape[0], tensor.rows), dtype=np.float32)
     cdef float[:, ::1] o = out
     with nogil:
-        if m.qtype <= QTYPE_BF16:
-            matmul_qlegacy(&o[0, 0], &m, &x[0, 0], n_pos, &scratch, n_threads)
-        else:
-            matmul_kquant(&o[0, 0], &m, &x[0, 0], n_pos, &scratch, n_threads)
+        matmul(&o[0, 0], &m, &x[0, 0], x.shape[0], &scratch, n_threads)
     return out
 
 

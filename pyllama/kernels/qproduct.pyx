@@ -14,6 +14,7 @@ from cython.parallel cimport prange
 import numpy as np
 
 from pyllama.kernels.quant cimport quantize_q8_0
+from pyllama.kernels.threads cimport team_size
 
 cdef extern from "qblocks.h":
     void quantize_q8_1 "pyllama_quantize_q8_1"(signed char* q, float* d, float* s, const float* x,
@@ -21,9 +22,9 @@ cdef extern from "qblocks.h":
     void quantize_q8_k "pyllama_quantize_q8_k"(signed char* q, float* d, short* bsums, const float* x,
                                                Py_ssize_t n) noexcept nogil
 
-# Below this many multiply-adds a product runs on the calling thread: waking the OpenMP team costs
-# more than it saves (a row is one dot product whoever computes it, so the result is the same).
-DEF SERIAL_BELOW = 1 << 17
+# Work in team_size's float32 multiply-add units: a 4-6-bit row streams about a quarter of the bytes
+# of a float32 one, so its multiply-adds count a quarter (as int8 rows do in quant.pyx).
+DEF QBLOCK_WORK_DIV = 4
 
 
 cdef inline pyllama_qact activation_of(const QuantScratch* scratch, const float* x, Py_ssize_t cols,
@@ -52,7 +53,7 @@ cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t 
             quantize_q8_1(<signed char*>a.q, <float*>a.d, <float*>a.s, a.x, cols)
         elif act == ACT_Q8_K:
             quantize_q8_k(<signed char*>a.q, <float*>a.d, <short*>a.bsums, a.x, cols)
-    if rows * cols * n_pos < SERIAL_BELOW:
+    if team_size(n_threads, rows * cols * n_pos // QBLOCK_WORK_DIV) == 1:
         for r in range(rows):
             for p in range(n_pos):
                 a = activation_of(scratch, x, cols, p)

@@ -33,6 +33,7 @@ from libc.stdint cimport uint8_t, uint16_t
 import numpy as np
 
 from pyllama.kernels.matvec cimport QTYPE_F32, QTYPE_F16, QTYPE_Q8_0, QTYPE_Q8_GROUPS
+from pyllama.kernels.threads cimport team_size
 
 cdef extern from *:
     """
@@ -238,11 +239,11 @@ cdef extern from *:
 
 DEF QK8_0 = 32          # values per Q8_0 block
 DEF Q8_0_BYTES = 34     # fp16 scale + 32 int8
-# Below this many weights a matrix is multiplied on the calling thread: waking the OpenMP team costs
-# more than it saves. matvec_f32 stops at 2^15 weights; F16 and int8 rows stream 2x and 4x faster,
-# so the same time is reached at 2^16 and 2^17. (A row is one dot product whoever computes it.)
-DEF SERIAL_BELOW_F16 = 1 << 16
-DEF SERIAL_BELOW_Q8 = 1 << 17
+# Small matrices are multiplied on the calling thread (threads.pyx counts work in float32
+# multiply-adds): F16 and int8 rows stream 2x and 4x faster than float32, so their work is the weight
+# count / 2 and / 4. (A row is one dot product whoever computes it.)
+DEF F16_WORK_DIV = 2
+DEF Q8_WORK_DIV = 4
 
 
 # ---- F16 ---------------------------------------------------------------------------------------
@@ -251,12 +252,27 @@ cdef void matvec_f16(float* out, const Matrix* m, const float* x, int n_threads)
     cdef const uint16_t* w = <const uint16_t*>m.data
     cdef Py_ssize_t cols = m.cols
     cdef Py_ssize_t i
-    if m.rows * cols < SERIAL_BELOW_F16:
+    if team_size(n_threads, m.rows * cols // F16_WORK_DIV) == 1:
         for i in range(m.rows):
             out[i] = dot_f16(w + i * cols, x, cols)
         return
     for i in prange(m.rows, schedule="static", num_threads=n_threads):
         out[i] = dot_f16(w + i * cols, x, cols)
+
+
+cdef void matmul_f16(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, int n_threads) noexcept nogil:
+    """out[p, i] = matvec_f16's out[i] for x[p]: a row is read once and dotted with every position."""
+    cdef const uint16_t* w = <const uint16_t*>m.data
+    cdef Py_ssize_t cols = m.cols, rows = m.rows
+    cdef Py_ssize_t i, p
+    if team_size(n_threads, rows * cols * n_pos // F16_WORK_DIV) == 1:
+        for i in range(rows):
+            for p in range(n_pos):
+                out[p * rows + i] = dot_f16(w + i * cols, x + p * cols, cols)
+        return
+    for i in prange(rows, schedule="static", num_threads=n_threads):
+        for p in range(n_pos):
+            out[p * rows + i] = dot_f16(w + i * cols, x + p * cols, cols)
 
 
 # ---- Q8_0 --------------------------------------------------------------------------------------
@@ -285,12 +301,35 @@ cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch*
     cdef const uint8_t* w = <const uint8_t*>m.data
     quantize_q8_0(scratch.q, scratch.scales, x, m.cols)
     cdef Py_ssize_t i
-    if m.rows * m.cols < SERIAL_BELOW_Q8:
+    if team_size(n_threads, m.rows * m.cols // Q8_WORK_DIV) == 1:
         for i in range(m.rows):
             out[i] = dot_q8_0(w + i * row_bytes, scratch.q, scratch.scales, n_blocks)
         return
     for i in prange(m.rows, schedule="static", num_threads=n_threads):
         out[i] = dot_q8_0(w + i * row_bytes, scratch.q, scratch.scales, n_blocks)
+
+
+cdef void matmul_q8_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    """out[p, i] = matvec_q8_0's out[i] for x[p]: every position quantised as matvec does it (into row
+    p of the scratch), then a weight row is read once and dotted with every position."""
+    cdef Py_ssize_t n_blocks = m.cols // QK8_0
+    cdef Py_ssize_t row_bytes = n_blocks * Q8_0_BYTES
+    cdef Py_ssize_t rows = m.rows, cols = m.cols
+    cdef const uint8_t* w = <const uint8_t*>m.data
+    cdef Py_ssize_t i, p
+    for p in range(n_pos):
+        quantize_q8_0(scratch.q + p * cols, scratch.scales + p * n_blocks, x + p * cols, cols)
+    if team_size(n_threads, rows * cols * n_pos // Q8_WORK_DIV) == 1:
+        for i in range(rows):
+            for p in range(n_pos):
+                out[p * rows + i] = dot_q8_0(w + i * row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
+                                             n_blocks)
+        return
+    for i in prange(rows, schedule="static", num_threads=n_threads):
+        for p in range(n_pos):
+            out[p * rows + i] = dot_q8_0(w + i * row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
+                                         n_blocks)
 
 
 # ---- Q8_GROUPS (llama2.c version 2) ------------------------------------------------------------
@@ -331,12 +370,33 @@ cdef void matvec_q8_groups(float* out, const Matrix* m, const float* x, QuantScr
     quantize_groups(scratch.q, scratch.scales, x, cols, gs)
     cdef const signed char* w = <const signed char*>m.data
     cdef Py_ssize_t i
-    if m.rows * cols < SERIAL_BELOW_Q8:
+    if team_size(n_threads, m.rows * cols // Q8_WORK_DIV) == 1:
         for i in range(m.rows):
             out[i] = dot_q8_groups(w + i * cols, m.scales + i * (cols // gs), scratch.q, scratch.scales, cols, gs)
         return
     for i in prange(m.rows, schedule="static", num_threads=n_threads):
         out[i] = dot_q8_groups(w + i * cols, m.scales + i * (cols // gs), scratch.q, scratch.scales, cols, gs)
+
+
+cdef void matmul_q8_groups(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                           int n_threads) noexcept nogil:
+    """out[p, i] = matvec_q8_groups's out[i] for x[p] (each position quantised into row p of the scratch)."""
+    cdef int gs = m.group_size
+    cdef Py_ssize_t rows = m.rows, cols = m.cols, n_groups = m.cols // m.group_size
+    cdef const signed char* w = <const signed char*>m.data
+    cdef Py_ssize_t i, p
+    for p in range(n_pos):
+        quantize_groups(scratch.q + p * cols, scratch.scales + p * n_groups, x + p * cols, cols, gs)
+    if team_size(n_threads, rows * cols * n_pos // Q8_WORK_DIV) == 1:
+        for i in range(rows):
+            for p in range(n_pos):
+                out[p * rows + i] = dot_q8_groups(w + i * cols, m.scales + i * n_groups, scratch.q + p * cols,
+                                                  scratch.scales + p * n_groups, cols, gs)
+        return
+    for i in prange(rows, schedule="static", num_threads=n_threads):
+        for p in range(n_pos):
+            out[p * rows + i] = dot_q8_groups(w + i * cols, m.scales + i * n_groups, scratch.q + p * cols,
+                                              scratch.scales + p * n_groups, cols, gs)
 
 
 # ---- rows as float32 (the token embedding lookup) ----------------------------------------------

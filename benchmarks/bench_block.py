@@ -1,0 +1,98 @@
+"""Blocks of positions against decode: prompt processing and teacher forcing, per position.
+
+For each tinyllamas shape (seeded random weights: speed does not depend on weight values):
+
+1. decode tok/s: greedy generation from BOS (``Generation.tok_per_s``);
+2. prompt tok/s: N seeded random ids from position 0 through ``Engine.forward_block`` (what
+   ``generate`` does with a prompt and ``pyllama bench`` reports as ``prompt_tok_per_s``), N = 256
+   for the stories15M shape (its context) and 512 otherwise, llama-bench's pp sizes;
+3. a teacher-forced ``diff causal sliding:64`` over the ``standard`` probe: positions per second
+   with blocks (the default) and, with ``--per-position``, without them.
+
+Runs alternate between the variants; the best of ``--repeats`` is reported.
+
+    python benchmarks/bench_block.py --threads 2 --repeats 3 --per-position --json bench_block.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from random_checkpoints import SHARED, random_checkpoint
+
+from pyllama.diff import run_diff
+from pyllama.model import Model
+
+SHAPES = {"stories15M": 256, "stories42M": 512, "stories110M": 512}
+
+
+def prompt_tok_s(model: Model, n: int) -> float:
+    engine = model.engine("causal")
+    tokens = np.random.default_rng(0).integers(0, model.config.vocab_size, size=n, dtype=np.int32)
+    t0 = time.perf_counter()
+    engine.forward_block(tokens, 0)
+    return n / (time.perf_counter() - t0)
+
+
+def decode_tok_s(model: Model, steps: int) -> float:
+    return model.generate([1], steps=steps, temperature=0.0, ignore_eos=True).tok_per_s
+
+
+def diff_pos_s(model: Model, blocks: bool) -> tuple[float, int]:
+    report = run_diff(model, "causal", "sliding:64", probe="standard", progress=False, blocks=blocks)
+    return report.n_positions / report.seconds, report.n_positions
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--decode-steps", type=int, default=128)
+    ap.add_argument("--per-position", action="store_true", help="also time the diff without blocks (slow)")
+    ap.add_argument("--no-diff", action="store_true", help="only decode and prompt processing")
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "pyllama-bench")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for shape in args.shapes.split(","):
+        tokenizer = SHARED / "models" / "tokenizer.bin"  # the tinyllamas' 32,000-token vocabulary (the probe's text)
+        model = Model.load(random_checkpoint(shape, args.workdir), tokenizer=tokenizer, threads=args.threads)
+        engine = model.engine("causal")
+        best = {"decode": 0.0, "prompt": 0.0, "diff_blocks": 0.0, "diff_per_position": 0.0}
+        n_diff = 0
+        for _ in range(args.repeats):
+            best["decode"] = max(best["decode"], decode_tok_s(model, args.decode_steps))
+            best["prompt"] = max(best["prompt"], prompt_tok_s(model, SHAPES[shape]))
+            if not args.no_diff:
+                rate, n_diff = diff_pos_s(model, True)
+                best["diff_blocks"] = max(best["diff_blocks"], rate)
+        if args.per_position and not args.no_diff:
+            best["diff_per_position"] = diff_pos_s(model, False)[0]  # once: it is the slow one
+        row = {
+            "shape": shape,
+            "threads": args.threads,
+            "prompt_tokens": SHAPES[shape],
+            "decode_tok_per_s": best["decode"],
+            "prompt_tok_per_s": best["prompt"],
+            "prompt_vs_decode": best["prompt"] / best["decode"],
+            "diff_positions": n_diff,
+            "diff_blocks_pos_per_s": best["diff_blocks"],
+            "diff_blocks_vs_decode": best["diff_blocks"] / best["decode"],
+            "diff_per_position_pos_per_s": best["diff_per_position"] or None,
+            "block_buffer_bytes": engine.block_buffer_bytes(),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()

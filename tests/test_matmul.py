@@ -1,0 +1,73 @@
+"""The block product ``matmul``: every element bit-identical to ``matvec`` on its position, for every
+weight type, awkward sizes, block sizes and thread counts (the parallel path forced)."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from pyllama.checkpoint.weights import QType, Tensor
+from pyllama.kernels.matvec import matmul_tensor, matvec_tensor
+
+BLOCKS = [1, 2, 7, 64]
+THREADS = [1, 2, 3]
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    a.flags.writeable = False
+    return a
+
+
+def _tensor(qtype: QType, rows: int, cols: int, seed: int) -> Tensor:
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    if qtype == QType.F32:
+        return Tensor("w", qtype, rows, cols, _readonly(w))
+    if qtype == QType.F16:
+        return Tensor("w", qtype, rows, cols, _readonly(w.astype(np.float16)))
+    if qtype == QType.Q8_0:
+        return Tensor("w", qtype, rows, cols, _readonly(gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q8_0)))
+    gs = 32 if cols % 64 else 64
+    groups = w.reshape(-1, gs)
+    scales = (np.abs(groups).max(axis=1) / 127).astype(np.float32)
+    q = np.round(groups / scales[:, None]).astype(np.int8)
+    return Tensor("w", qtype, rows, cols, _readonly(q.reshape(-1)), _readonly(scales), gs)
+
+
+# (rows, cols): float types take any size; the integer types need whole blocks of 32
+F_SIZES = [(1, 1), (3, 17), (5, 64), (17, 100), (31, 257), (64, 288), (130, 768)]
+Q_SIZES = [(1, 32), (3, 64), (17, 96), (31, 288), (130, 544)]
+CASES = [(QType.F32, s) for s in F_SIZES] + [(QType.F16, s) for s in F_SIZES]
+CASES += [(QType.Q8_0, s) for s in Q_SIZES] + [(QType.Q8_GROUPS, s) for s in Q_SIZES]
+
+
+@pytest.mark.parametrize(("qtype", "size"), CASES, ids=lambda c: getattr(c, "name", None) or f"{c[0]}x{c[1]}")
+def test_matmul_is_matvec_per_position_bit_for_bit(qtype, size, parallel_always):
+    rows, cols = size
+    t = _tensor(qtype, rows, cols, seed=rows * 1000 + cols)
+    rng = np.random.default_rng(cols)
+    x = _readonly(rng.standard_normal((max(BLOCKS), cols)).astype(np.float32) * 3)
+    expect = np.stack([matvec_tensor(t, x[p], 1) for p in range(x.shape[0])])
+    for n_pos in BLOCKS:
+        for threads in THREADS:
+            got = matmul_tensor(t, _readonly(x[:n_pos]), threads)
+            assert got.shape == (n_pos, rows)
+            assert np.array_equal(got.view(np.uint32), expect[:n_pos].view(np.uint32)), (n_pos, threads)
+
+
+def test_matmul_agrees_with_numpy_within_float32_rounding():
+    # an independent reference: float64 numpy, error bounded by the summation length (cols * 2^-24 relative)
+    t = _tensor(QType.F32, 33, 257, seed=5)
+    x = np.random.default_rng(6).standard_normal((9, 257)).astype(np.float32)
+    w = t.dequantize().astype(np.float64)
+    want = x.astype(np.float64) @ w.T
+    bound = 257 * 2.0**-24 * (np.abs(x).astype(np.float64) @ np.abs(w).T)
+    assert (np.abs(matmul_tensor(t, x, 2) - want) <= bound).all()
+
+
+def test_matmul_rejects_mismatched_shapes():
+    t = _tensor(QType.F32, 4, 8, seed=1)
+    with pytest.raises(ValueError, match="matmul"):
+        matmul_tensor(t, np.zeros((3, 9), dtype=np.float32))
