@@ -22,7 +22,17 @@ from pyllama.diff import run_diff
 from pyllama.engine import Engine
 from pyllama.model import Model
 
-MODELS = ["stories260K", "stories15M-shape", "stories260K-f32.gguf", "stories260K-f16.gguf", "stories260K-q8_0.gguf"]
+MODELS = [
+    "stories260K",
+    "stories15M-shape",
+    "stories260K-f32.gguf",
+    "stories260K-f16.gguf",
+    "stories260K-q8_0.gguf",
+    # llama-quantize's mixes: Q4_0 + Q6_K; Q5_1 (Q8_1 activations); Q3_K, Q4_K, Q5_K, Q5_0, Q6_K
+    "quant/tiny-llama-q4_0.gguf",
+    "quant/tiny-llama-q5_1.gguf",
+    "quant/tiny-llama-q3_k_m.gguf",
+]
 # small windows, so every plugin evicts, quantises, clusters or merges within the sequence
 BUILTINS = [
     "causal",
@@ -91,6 +101,9 @@ SLICE = [
     ("stories260K-f32.gguf", 1),
     ("stories260K-q8_0.gguf", 2),
     ("stories260K-f16.gguf", 2),
+    ("quant/tiny-llama-q4_0.gguf", 2),
+    ("quant/tiny-llama-q5_1.gguf", 1),
+    ("quant/tiny-llama-q3_k_m.gguf", 2),
 ]
 
 

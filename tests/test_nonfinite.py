@@ -141,3 +141,27 @@ def test_diff_expect_exact_fails_on_nan(tmp_path):
     result = CliRunner().invoke(main, [*args, "-i", "Once upon a time", "--expect-exact"])
     assert result.exit_code == 3, result.output
     assert "first non-finite" in result.output and "position 1" in result.output
+
+
+# ---- blocks: a prompt and a diff run as blocks of positions report the same place -----------------------
+def test_nan_inside_the_prompt_block_names_its_position(model, tmp_path):
+    """Position 3 of "Once upon a time" (5 ids) runs inside the prompt's block, not as a decode step."""
+    assert len(model.tokenize("Once upon a time")) > 4
+    with pytest.raises(NonFiniteError, match=r"position 3.*layer 1"):
+        model.generate("Once upon a time", steps=20, temperature=0.0, attention=_plugin(tmp_path, layer=1, pos=3))
+
+
+def test_nan_weights_inside_the_prompt_block(nan_weights):
+    bad = Model.load(nan_weights, tokenizer=shared_file("tok512.bin"))
+    with pytest.raises(NonFiniteError, match=r"position 0.*layer 2"):
+        bad.generate("Once upon a time", steps=20, temperature=0.0)
+
+
+def test_diff_nonfinite_columns_are_the_same_with_and_without_blocks(model, tmp_path):
+    text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+    spec = _plugin(tmp_path, layer=2, pos=6)
+    with_blocks = model.diff("causal", spec, text=text, blocks=True)
+    per_position = model.diff("causal", spec, text=text, blocks=False)
+    assert with_blocks.summary["first_nonfinite"] == per_position.summary["first_nonfinite"]
+    assert with_blocks.summary["first_nonfinite"]["layer"] == 2
+    assert np.array_equal(with_blocks.nonfinite_b, per_position.nonfinite_b)
