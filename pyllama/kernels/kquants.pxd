@@ -1,16 +1,6 @@
-# K-quants (see kquants.pyx). matmul_X: out[n_pos, rows] = x[n_pos, cols] · Wᵀ.
+# K-quants (see kquants.pyx). matmul_kquant: out[n_pos, rows] = x[n_pos, cols] · Wᵀ.
 from pyllama.kernels.matvec cimport Matrix, QuantScratch
 
 cdef void matmul_kquant(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                         int n_threads) noexcept nogil
-cdef void matmul_q2_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
-cdef void matmul_q3_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
-cdef void matmul_q4_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
-cdef void matmul_q5_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
-cdef void matmul_q6_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
 cdef void dequantize_row_kquant(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil

@@ -333,31 +333,6 @@ cdef void matmul_kquant(float* out, const Matrix* m, const float* x, Py_ssize_t 
     quant_product(out, m, x, n_pos, scratch, n_threads, dot, ACT_Q8_K, kquant_row_bytes(kquant_kind(m.qtype), m.cols))
 
 
-cdef void matmul_q2_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
-
-
-cdef void matmul_q3_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
-
-
-cdef void matmul_q4_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
-
-
-cdef void matmul_q5_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
-
-
-cdef void matmul_q6_k(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_kquant(out, m, x, n_pos, scratch, n_threads)
-
-
 cdef void dequantize_row_kquant(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:
     """out[cols] = row ``row`` of m as float32 (the token embedding lookup)."""
     dequantize_kquant(kquant_kind(m.qtype), <const uint8_t*>m.data, row, out, m.cols)

@@ -1,18 +1,6 @@
-# 32-value block types and BF16 (see qlegacy.pyx). matmul_X: out[n_pos, rows] = x[n_pos, cols] · Wᵀ.
+# 32-value block types and BF16 (see qlegacy.pyx). matmul_qlegacy: out[n_pos, rows] = x[n_pos, cols] · Wᵀ.
 from pyllama.kernels.matvec cimport Matrix, QuantScratch
 
 cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                          int n_threads) noexcept nogil
-cdef void matmul_q4_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
-cdef void matmul_q4_1(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
-cdef void matmul_q5_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
-cdef void matmul_q5_1(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
-cdef void matmul_iq4_nl(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                        int n_threads) noexcept nogil
-cdef void matmul_bf16(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil
 cdef void dequantize_row_qlegacy(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil

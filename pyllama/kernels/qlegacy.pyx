@@ -239,36 +239,6 @@ cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t
         dot = <row_dot_fn>dot_iq4_nl
     quant_product(out, m, x, n_pos, scratch, n_threads, dot, act, legacy_row_bytes(legacy_kind(m.qtype), m.cols))
 
-cdef void matmul_q4_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
-
-
-cdef void matmul_q4_1(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
-
-
-cdef void matmul_q5_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
-
-
-cdef void matmul_q5_1(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
-
-
-cdef void matmul_iq4_nl(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                        int n_threads) noexcept nogil:
-    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
-
-
-cdef void matmul_bf16(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
-
-
 cdef void dequantize_row_qlegacy(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:
     """out[cols] = row ``row`` of m as float32 (the token embedding lookup)."""
     cdef Py_ssize_t j
