@@ -3,13 +3,10 @@ from collections.abc import Callable
 import numpy as np
 
 from pyllama.attention.base import Attention
+from pyllama.attention.pool import Pool as Pool
 from pyllama.checkpoint.weights import Weights
 from pyllama.config import ModelConfig
 from pyllama.sampler import Sampler
-
-class Pool:
-    n_threads: int
-    def __init__(self, n_threads: int = 1) -> None: ...
 
 class Engine:
     config: ModelConfig

@@ -23,6 +23,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 import numpy as np
 
+from pyllama.attention.pool import Pool  # re-exported: `from pyllama.engine import Pool` still works
 from pyllama.errors import NonFiniteError
 
 from pyllama.attention.base cimport Attention
@@ -39,15 +40,6 @@ DEF ROPE_TABLE_MAX = 1 << 15
 # block buffers stay small (stories110M: 2.9 MB; block_buffer_bytes() says how much exactly).
 DEF DEFAULT_BLOCK = 64
 
-
-class Pool:
-    """What a plugin may use besides its own memory: the thread count."""
-
-    def __init__(self, n_threads: int = 1) -> None:
-        self.n_threads = max(1, int(n_threads))
-
-    def __repr__(self) -> str:
-        return f"Pool(n_threads={self.n_threads})"
 
 
 cdef double now_seconds() noexcept nogil:
