@@ -35,7 +35,7 @@ class DownloadError(PyllamaError):
 class NonFiniteError(PyllamaError):
     """A forward pass produced NaN or Inf (bad weights, or a plugin that wrote them)."""
 
-    # what the engine saw go bad first, by its stage code (engine.pxd NONFINITE_*)
+    # what the engine saw go bad first, by its stage code (pyllama/engine/core.pxd NONFINITE_*)
     STAGES = (
         "its input: the token's embedding row holds NaN or Inf",
         "the query/key/value projections: the layer's attention weights or norm hold NaN or Inf",

@@ -23,7 +23,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 import numpy as np
 
-from pyllama.attention.pool import Pool  # re-exported: `from pyllama.engine import Pool` still works
+from pyllama.attention.pool import Pool
 from pyllama.errors import NonFiniteError
 
 from pyllama.attention.base cimport Attention
