@@ -12,17 +12,21 @@ class Engine:
     config: ModelConfig
     weights: Weights
     attention: Attention
-    n_threads: int
     logits_view: np.ndarray
     tracer: Callable[[str, np.ndarray], None] | None
-    nonfinite_layer: int  # -1, or the first layer whose output held NaN/Inf in the last forward
-    nonfinite_stage: int
-    nonfinite_position: int
     max_block: int
     per_position: bool
     def __init__(
         self, config: ModelConfig, weights: Weights, attention: Attention, n_threads: int = 1, max_block: int = 64
     ) -> None: ...
+    @property
+    def n_threads(self) -> int: ...
+    @property
+    def nonfinite_layer(self) -> int: ...  # -1, or the first layer whose output held NaN/Inf in the last forward
+    @property
+    def nonfinite_stage(self) -> int: ...
+    @property
+    def nonfinite_position(self) -> int: ...
     def block_buffer_bytes(self) -> int: ...
     def set_ledger(self, ledger: np.ndarray | None = None) -> None: ...
     def forward_block(self, tokens: np.ndarray, pos: int, logits: np.ndarray | None = None) -> np.ndarray: ...

@@ -1,0 +1,163 @@
+"""The block forward: m known tokens at positions pos .. pos + m - 1 (m <= max_block).
+
+Per layer: rmsnorm of every row, the Q/K/V products on the block (``matmul``: every element is
+``matvec``'s), RoPE per row, the plugin's attention for the m positions in order
+(``attend_block_c``), then Wo, the residual and the FFN on the block. Every value is computed with
+exactly the arithmetic of ``forward`` (forward.pyx), so the logits are bit-identical to m
+single-position forwards; only the order in which the plugin sees (layer, position) pairs changes,
+which the attention contract allows (base.pyx). A plugin with ``per_position_order = True``, and a
+traced engine, get m single-position forwards instead.
+"""
+
+from libc.stdint cimport int32_t
+from libc.string cimport memcpy
+
+from pyllama.attention.base cimport Attention
+from pyllama.engine.capture cimport capture_block_attention, capture_hidden, ledger_running_sums, ledger_step
+from pyllama.engine.forward cimport forward, rope_rows_at
+from pyllama.engine.nonfinite cimport check_block_rows, first_bad_row
+from pyllama.engine.state cimport Config, LayerPtrs, RunState, Transformer
+from pyllama.kernels.elementwise cimport add_inplace, rmsnorm, swiglu
+from pyllama.kernels.matvec cimport embedding_row, matmul, matvec
+from pyllama.kernels.rope cimport rope_apply
+
+
+cdef int attend_block(Transformer* t, Attention attention, int layer, Py_ssize_t n, long long pos) except -1 nogil:
+    """The plugin's attention for positions pos .. pos + n - 1 of one layer, in order. With a
+    ledger, one position at a time, recording how each call changes memory_bytes(): a plugin's
+    ledger is the sum of what each layer holds, so ledger[i] accumulates every layer's change at
+    position pos + i, and the running sum from the block's start is the per-position ledger."""
+    cdef RunState* s = &t.state
+    cdef int q_dim = t.config.q_dim, kv_dim = t.config.kv_dim
+    cdef Py_ssize_t i
+    cdef long long last
+    if t.capture.ledger == NULL:
+        attention.attend_block_c(layer, pos, n, s.bq, s.bk, s.bv, s.batt)
+        return 0
+    with gil:
+        ledger_step(&t.capture, attention, -1, &last)
+    for i in range(n):
+        attention.attend_block_c(layer, pos + i, 1, s.bq + i * q_dim, s.bk + i * kv_dim, s.bv + i * kv_dim,
+                                 s.batt + i * q_dim)
+        with gil:
+            ledger_step(&t.capture, attention, i, &last)
+    return 0
+
+
+cdef int per_position_block(Transformer* t, Attention attention, const int32_t* tokens, Py_ssize_t n, long long pos,
+                            float* logits) except -1 nogil:
+    """forward_block as n single-position forwards (per_position_order plugins, tracing)."""
+    cdef RunState* s = &t.state
+    cdef const Config* c = &t.config
+    cdef Py_ssize_t i
+    cdef long long last
+    cdef float* att = t.capture.attention
+    cdef float* hid = t.capture.hidden
+    try:
+        for i in range(n):
+            if att != NULL:
+                t.capture.attention = att + i * c.n_layers * c.q_dim
+            if hid != NULL:
+                t.capture.hidden = hid + i * c.dim
+            forward(t, attention, tokens[i], pos + i)
+            s.block_bad[i] = s.nonfinite_layer
+            s.block_stage[i] = s.nonfinite_stage
+            if logits != NULL and not t.capture.skip_logits:
+                memcpy(logits + i * c.vocab_size, s.logits, c.vocab_size * sizeof(float))
+            if t.capture.ledger != NULL:
+                with gil:
+                    t.capture.ledger[i] = 0
+                    last = 0
+                    ledger_step(&t.capture, attention, i, &last)
+    finally:
+        t.capture.attention = att
+        t.capture.hidden = hid
+    first_bad_row(s, n, pos)
+    return 0
+
+
+cdef void block_qkv(Transformer* t, const LayerPtrs* lw, Py_ssize_t n, long long pos) noexcept nogil:
+    """rmsnorm, Q/K/V products (+ biases) and RoPE of every row of the block."""
+    cdef RunState* s = &t.state
+    cdef const Config* c = &t.config
+    cdef int dim = c.dim, q_dim = c.q_dim, kv_dim = c.kv_dim
+    cdef Py_ssize_t i
+    cdef const float* cos_row
+    cdef const float* sin_row
+    for i in range(n):
+        rmsnorm(s.bxb + i * dim, s.bx + i * dim, lw.attn_norm, dim, c.eps)
+    matmul(s.bq, &lw.wq, s.bxb, n, &s.qscratch, t.n_threads)
+    matmul(s.bk, &lw.wk, s.bxb, n, &s.qscratch, t.n_threads)
+    matmul(s.bv, &lw.wv, s.bxb, n, &s.qscratch, t.n_threads)
+    for i in range(n):
+        if lw.bq != NULL:
+            add_inplace(s.bq + i * q_dim, lw.bq, q_dim)
+        if lw.bk != NULL:
+            add_inplace(s.bk + i * kv_dim, lw.bk, kv_dim)
+        if lw.bv != NULL:
+            add_inplace(s.bv + i * kv_dim, lw.bv, kv_dim)
+        rope_rows_at(&s.rope, pos + i, &cos_row, &sin_row)
+        rope_apply(&s.rope.spec, s.bq + i * q_dim, c.n_heads, cos_row, sin_row)
+        rope_apply(&s.rope.spec, s.bk + i * kv_dim, c.n_kv_heads, cos_row, sin_row)
+
+
+cdef void block_ffn(Transformer* t, const LayerPtrs* lw, Py_ssize_t n) noexcept nogil:
+    """Wo and the residual, then the feed-forward block w2(silu(w1 x) * w3 x) on every row."""
+    cdef RunState* s = &t.state
+    cdef const Config* c = &t.config
+    cdef int dim = c.dim, hidden = c.hidden_dim
+    cdef Py_ssize_t i
+    cdef float* x = s.bx
+    matmul(s.bxb2, &lw.wo, s.batt, n, &s.qscratch, t.n_threads)
+    for i in range(n):
+        add_inplace(x + i * dim, s.bxb2 + i * dim, dim)
+    for i in range(n):
+        rmsnorm(s.bxb + i * dim, x + i * dim, lw.ffn_norm, dim, c.eps)
+    matmul(s.bhb, &lw.w1, s.bxb, n, &s.qscratch, t.n_threads)
+    matmul(s.bhb2, &lw.w3, s.bxb, n, &s.qscratch, t.n_threads)
+    for i in range(n):
+        swiglu(s.bhb + i * hidden, s.bhb2 + i * hidden, hidden)
+    matmul(s.bxb, &lw.w2, s.bhb, n, &s.qscratch, t.n_threads)
+    for i in range(n):
+        add_inplace(x + i * dim, s.bxb + i * dim, dim)
+
+
+cdef int forward_block(Transformer* t, Attention attention, const int32_t* tokens, Py_ssize_t n, long long pos,
+                       float* logits) except -1 nogil:
+    """Tokens tokens[0 .. n-1] at positions pos .. pos + n - 1 (n <= max_block): logits NULL puts the
+    last position's logits in state.logits; else logits[n, vocab] gets every position's."""
+    cdef RunState* s = &t.state
+    cdef const Config* c = &t.config
+    cdef int li, dim = c.dim
+    cdef Py_ssize_t i
+    cdef long long base = 0
+    cdef float* x = s.bx
+    if t.per_position or t.tracer.on:
+        return per_position_block(t, attention, tokens, n, pos, logits)
+    if t.capture.ledger != NULL:
+        for i in range(n):
+            t.capture.ledger[i] = 0
+        with gil:
+            ledger_step(&t.capture, attention, -1, &base)
+    for i in range(n):
+        embedding_row(x + i * dim, &t.weights.tok_emb, tokens[i])
+        s.block_bad[i] = -1
+    check_block_rows(s, c, -1, n)
+    for li in range(c.n_layers):
+        block_qkv(t, &t.weights.layers[li], n, pos)
+        attend_block(t, attention, li, n, pos)
+        capture_block_attention(&t.capture, c, li, s.batt, n)
+        block_ffn(t, &t.weights.layers[li], n)
+        check_block_rows(s, c, li, n)
+    for i in range(n):
+        rmsnorm(x + i * dim, x + i * dim, t.weights.final_norm, dim, c.eps)
+    capture_hidden(&t.capture, x, n * dim)
+    first_bad_row(s, n, pos)
+    ledger_running_sums(&t.capture, base, n)
+    if t.capture.skip_logits:
+        return 0
+    if logits != NULL:
+        matmul(logits, &t.weights.cls, x, n, &s.qscratch, t.n_threads)
+    else:
+        matvec(s.logits, &t.weights.cls, x + (n - 1) * dim, &s.qscratch, t.n_threads)
+    return 0

@@ -1,0 +1,108 @@
+# The engine's data, in llama2.c run.c's shape: Config (shapes, never change), TransformerWeights
+# (read-only pointers into the mapped file, each with its shape), RunState (the buffers forward
+# overwrites), plus what a forward hands out on request (Capture) and the tracer hook (Tracer).
+# core.pyx fills them once, when a model is bound to a plugin; forward.pyx, block.pyx and
+# generate.pyx only read Config and TransformerWeights and write RunState.
+
+from pyllama.kernels.matvec cimport Matrix, QuantScratch
+from pyllama.kernels.rope cimport RopeSpec
+
+# where a forward first saw NaN or Inf (RunState.nonfinite_stage; NonFiniteError.at describes each)
+cdef enum:
+    NONFINITE_EMBEDDING = 0
+    NONFINITE_QKV = 1
+    NONFINITE_ATTENTION = 2
+    NONFINITE_WO = 3
+    NONFINITE_FFN = 4
+    NONFINITE_LOGITS = 5
+
+cdef struct Config:
+    int dim                    # residual stream width
+    int hidden_dim             # FFN width
+    int n_layers
+    int n_heads                # query heads
+    int n_kv_heads             # key/value heads (grouped-query attention when < n_heads)
+    int head_dim
+    int q_dim                  # n_heads * head_dim
+    int kv_dim                 # n_kv_heads * head_dim
+    int vocab_size
+    float eps                  # rmsnorm epsilon
+    int max_block              # most positions one block pass takes
+
+cdef struct LayerPtrs:
+    const float* attn_norm     # [dim]
+    const float* ffn_norm      # [dim]
+    const float* bq            # [q_dim] or NULL (qwen2's Q/K/V biases)
+    const float* bk            # [kv_dim] or NULL
+    const float* bv            # [kv_dim] or NULL
+    Matrix wq                  # (q_dim, dim)
+    Matrix wk                  # (kv_dim, dim)
+    Matrix wv                  # (kv_dim, dim)
+    Matrix wo                  # (dim, q_dim)
+    Matrix w1                  # gate (hidden_dim, dim)
+    Matrix w2                  # down (dim, hidden_dim)
+    Matrix w3                  # up (hidden_dim, dim)
+
+cdef struct TransformerWeights:
+    Matrix tok_emb             # (vocab_size, dim)
+    Matrix cls                 # (vocab_size, dim): the embedding itself when shared
+    const float* final_norm    # [dim]
+    LayerPtrs* layers          # [n_layers]
+
+cdef struct RopeTables:
+    RopeSpec spec
+    long long rows             # positions precomputed; later ones are computed into scratch
+    float* cos                 # [rows, n_rot / 2]
+    float* sin                 # [rows, n_rot / 2]
+    float* scratch             # [2, n_rot / 2]: cos and sin of a position past the table
+
+cdef struct RunState:
+    # one position (forward.pyx): run.c's names
+    float* x                   # [dim] the residual stream
+    float* xb                  # [max(dim, hidden_dim, q_dim)] normed input of a product
+    float* xb2                 # [dim] the attention block's output (Wo)
+    float* hb                  # [hidden_dim] w1 x, then silu(w1 x) * w3 x
+    float* hb2                 # [hidden_dim] w3 x
+    float* q                   # [q_dim]
+    float* k                   # [kv_dim]
+    float* v                   # [kv_dim]
+    float* att_out             # [q_dim] the plugin's attention output
+    float* logits              # [vocab_size]
+    # a block of positions (block.pyx), [max_block, width] each
+    float* bx                  # dim
+    float* bxb                 # dim
+    float* bxb2                # dim
+    float* bhb                 # hidden_dim
+    float* bhb2                # hidden_dim
+    float* bq                  # q_dim
+    float* bk                  # kv_dim
+    float* bv                  # kv_dim
+    float* batt                # q_dim
+    QuantScratch qscratch      # the integer kernels' quantised activations, max_block rows
+    RopeTables rope
+    # non-finite detection (nonfinite.pyx)
+    int nonfinite_layer        # -1, or the first layer whose output held NaN/Inf (last forward)
+    int nonfinite_stage        # NONFINITE_*: what of that layer went bad first
+    long long nonfinite_position  # the position of nonfinite_layer (a block: its earliest bad row)
+    int* block_bad             # [max_block]: each block row's first non-finite layer, -1: none
+    int* block_stage           # [max_block]: NONFINITE_* of that row
+
+cdef struct Capture:
+    float* attention           # NULL, or [rows, n_layers, q_dim]: each layer's attention output
+    float* hidden              # NULL, or [rows, dim]: the final normed hidden state
+    Py_ssize_t rows            # positions the capture buffers hold (a block's row i: position pos + i)
+    bint skip_logits           # the caller applies the classifier itself
+    long long* ledger          # NULL, or [max_block]: memory_bytes() after each position of a block
+
+cdef struct Tracer:
+    bint on
+    void* callback             # borrowed: the Engine holds the callable tracer(name, values)
+
+cdef struct Transformer:
+    Config config
+    TransformerWeights weights
+    RunState state
+    Capture capture
+    Tracer tracer
+    int n_threads
+    bint per_position          # the plugin's per_position_order: blocks run position by position
