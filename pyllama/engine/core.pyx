@@ -77,8 +77,9 @@ cdef class Engine:
         self._allocate_state()
         # the plugin: shapes, threads and the engine's buffers first, then its own allocation
         pool = Pool(self.t.n_threads)
+        block = tuple(self._buffers[n] for n in ("bq", "bk", "bv", "batt"))
         attention._configure(config, pool, self._buffers["q"], self._buffers["k"], self._buffers["v"],
-                             self._buffers["att_out"], block=tuple(self._buffers[n] for n in ("bq", "bk", "bv", "batt")))
+                             self._buffers["att_out"], block=block)
         attention.init(config, pool)
         self._rope_tables(config, attention.max_positions)
 
