@@ -44,7 +44,17 @@ def decode_tok_s(model: Model, steps: int) -> float:
 
 
 def diff_pos_s(model: Model, blocks: bool) -> tuple[float, int]:
-    report = run_diff(model, "causal", "sliding:64", probe="standard", progress=False, blocks=blocks)
+    report = run_diff(
+        model.config,
+        model.weights,
+        "causal",
+        "sliding:64",
+        probe="standard",
+        tokenizer=model.tokenizer,
+        threads=model.threads,
+        progress=False,
+        blocks=blocks,
+    )
     return report.n_positions / report.seconds, report.n_positions
 
 

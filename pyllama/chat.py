@@ -31,7 +31,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from pyllama.errors import InputError, TokenizerError
 from pyllama.tokenizer.base import Tokenizer
-from pyllama.tokenizer.gguf_vocab import GgufTokenizer
+from pyllama.tokenizer.gguf_tokenizer import GgufTokenizer
 
 if TYPE_CHECKING:
     from pyllama.model import Generation, Model

@@ -6,7 +6,7 @@ It is plain data: loaders produce it, the engine reads it, plugins receive it in
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,7 +31,6 @@ class ModelConfig:
     arch: str = "llama"
     shared_classifier: bool = True
     qkv_bias: bool = False
-    extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:

@@ -12,7 +12,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,12 +19,11 @@ import numpy as np
 from pyllama.attention.base import Attention
 from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_failure, plugin_label
 from pyllama.attention.registry import create_plugin
-from pyllama.checkpoint import load_checkpoint
 from pyllama.checkpoint.weights import Weights
 from pyllama.config import ModelConfig
 from pyllama.engine import Engine
 from pyllama.errors import InputError, PyllamaError, TokenizerError
-from pyllama.hub import companion_tokenizer, resolve
+from pyllama.load import open_model
 from pyllama.options import check_seed, check_steps, check_temperature, check_threads, check_topp, usable_cpus
 from pyllama.sampler import Sampler
 from pyllama.tokenizer.base import Tokenizer
@@ -99,15 +97,12 @@ class Model:
         GGUF (its vocabulary is used); default: the GGUF's own vocabulary, else ``tokenizer.bin``
         beside the checkpoint if there is one, else no tokenizer (ids only). ``path`` and ``tokenizer``
         may be names of downloaded known files (``Model.load("stories15M")``; ``pyllama download``),
-        and a downloaded known model gets its own downloaded tokenizer by default."""
-        path = resolve(path)
-        if tokenizer is None:
-            tokenizer = companion_tokenizer(path)
+        and a downloaded known model gets its own downloaded tokenizer by default. The file is
+        sniffed and parsed once (``pyllama.load``)."""
         check_threads(threads)
-        config, weights = load_checkpoint(path)
-        tok, problem = _load_tokenizer_for(Path(path), tokenizer, config.vocab_size, weights)
-        model = cls(config, weights, tok, str(path), threads)
-        model.tokenizer_problem = problem
+        opened = open_model(path, tokenizer)
+        model = cls(opened.config, opened.weights, opened.tokenizer, str(opened.path), threads)
+        model.tokenizer_problem = opened.tokenizer_problem
         return model
 
     def chat(
@@ -191,7 +186,16 @@ class Model:
                 raise InputError("diff: give either probe= or text=, not both")
             probe = probe_from_text(text, self._require_tokenizer(), name="prompt")
         return run_diff(
-            self, a, b, "standard" if probe is None else probe, threads=threads, progress=progress, blocks=blocks
+            self.config,
+            self.weights,
+            a,
+            b,
+            "standard" if probe is None else probe,
+            tokenizer=self.tokenizer,
+            threads=threads or self.threads,
+            progress=progress,
+            blocks=blocks,
+            name=str(self.path or "model"),
         )
 
     # ---- text --------------------------------------------------------------------------------
@@ -314,25 +318,3 @@ class Model:
             notices=notices,
             prompt_tok_per_s=prompt_tok_per_s,
         )
-
-
-def _load_tokenizer_for(
-    model_path: Path, tokenizer: str | os.PathLike | None, vocab_size: int, weights: Weights
-) -> tuple[Tokenizer | None, str | None]:
-    """The tokenizer to use, and when there is none, why the one beside the checkpoint was not used."""
-    parsed = weights.source if hasattr(weights.source, "metadata") else None  # a GGUF the loader parsed
-    if tokenizer is None and parsed is None and not model_path.with_name("tokenizer.bin").exists():
-        return None, None
-    from pyllama.tokenizer import load_gguf_tokenizer, load_tokenizer
-
-    if tokenizer is not None:
-        return load_tokenizer(tokenizer, vocab_size=vocab_size), None
-    if parsed is not None:  # the vocabulary records of the same parse: no second read of the file
-        return load_gguf_tokenizer(parsed, vocab_size=vocab_size), None
-    beside = model_path.with_name("tokenizer.bin")
-    if beside.exists():
-        try:
-            return load_tokenizer(beside, vocab_size=vocab_size), None
-        except TokenizerError as exc:
-            return None, f"{model_path}: found {beside.name} beside it, but it does not fit: {exc}"
-    return None, None

@@ -130,8 +130,9 @@ def _report_fields(report) -> dict:
 
 def _check_diff(model: Model, spec: str, threads: int, block: int) -> None:
     probe = _tokens(model, 140)
-    per_pos = run_diff(model, "causal", spec, probe=probe, threads=threads, blocks=False, progress=False)
-    blocked = run_diff(model, "causal", spec, probe=probe, threads=threads, block=block, progress=False)
+    config, weights = model.config, model.weights
+    per_pos = run_diff(config, weights, "causal", spec, probe=probe, threads=threads, blocks=False, progress=False)
+    blocked = run_diff(config, weights, "causal", spec, probe=probe, threads=threads, block=block, progress=False)
     a, b = _report_fields(per_pos), _report_fields(blocked)
     assert a.keys() == b.keys()
     for key in a:

@@ -198,18 +198,18 @@ def test_large_vocabulary_loads_without_per_element_parsing():
 def test_model_load_parses_a_gguf_file_once(monkeypatch):
     """Model.load: one parse of the file serves config, weights and vocabulary."""
     import pyllama.checkpoint.gguf as gguf_loader
-    import pyllama.tokenizer.gguf_vocab as gguf_vocab
+    import pyllama.tokenizer.files as tokenizer_files
     from pyllama.model import Model
 
     path = shared_file("stories260K-f32.gguf")
     parses = []
-    real_open = gguf_loader.open_gguf
-    monkeypatch.setattr(gguf_loader, "open_gguf", lambda p: parses.append(p) or real_open(p))
+    real_read = gguf_loader.read_gguf  # the parse (open_gguf is the same after a check of the magic)
+    monkeypatch.setattr(gguf_loader, "read_gguf", lambda p, *rest: parses.append(p) or real_read(p, *rest))
 
     def refuse(*args, **kwargs):
         raise AssertionError("the vocabulary was read from the file a second time")
 
-    monkeypatch.setattr(gguf_vocab, "read_metadata_file", refuse)
+    monkeypatch.setattr(tokenizer_files, "read_metadata_file", refuse)
     model = Model.load(path)
     assert len(parses) == 1
     assert model.tokenizer.encode("Once upon a time") == [1, 403, 407, 261, 378]

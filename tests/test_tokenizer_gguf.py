@@ -21,9 +21,8 @@ import pytest
 from pyllama.checkpoint.gguf import open_gguf
 from pyllama.checkpoint.gguf_meta import read_metadata_file
 from pyllama.errors import TokenizerError
-from pyllama.tokenizer import GgufTokenizer, Llama2cTokenizer, load_gguf_tokenizer, load_tokenizer
+from pyllama.tokenizer import GgufTokenizer, Llama2cTokenizer, load_gguf_tokenizer, load_tokenizer, read_gguf_vocab
 from pyllama.tokenizer.bpe import BYTE_TO_CHAR
-from pyllama.tokenizer.gguf_vocab import read_gguf_vocab
 from pyllama.tokenizer.pretokenize import PRE_NAMES, PreTokenizer, pre_tokenizer_info
 
 MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"

@@ -1,34 +1,81 @@
-"""Checkpoint loaders: a model file in, ``(ModelConfig, Weights)`` out, memory-mapped."""
+"""Checkpoint parsers: a model file in, ``(ModelConfig, Weights)`` out, memory-mapped.
+
+``read_checkpoint`` opens a file once: its first bytes say which parser it needs (the sniff), and
+that parser maps the same open file and parses it once, keeping what it parsed (a GGUF's key/value
+records, which hold its vocabulary). Paths only: resolving downloaded names is ``pyllama.load``'s job.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from pyllama.checkpoint.weights import LayerWeights, QType, Tensor, Weights
 from pyllama.config import ModelConfig
 from pyllama.errors import CheckpointError
-from pyllama.hub import resolve
 
-__all__ = ["load_checkpoint", "LayerWeights", "QType", "Tensor", "Weights"]
+__all__ = [
+    "GGUF",
+    "LLAMA2C",
+    "LayerWeights",
+    "ParsedCheckpoint",
+    "QType",
+    "Tensor",
+    "Weights",
+    "load_checkpoint",
+    "parse_checkpoint",
+    "read_checkpoint",
+    "sniff_checkpoint",
+]
+
+GGUF = "gguf"
+LLAMA2C = "llama2c"  # no magic number of its own (version 0 starts with its header)
 
 
-def load_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
-    """Load a llama2.c ``.bin`` (version 0/1/2) or a GGUF file, chosen by the file's first bytes.
+@dataclass
+class ParsedCheckpoint:
+    """One parse of a model file: its config, its weight views and, for a GGUF, its key/value records."""
 
-    ``path`` may also be the name of a downloaded known model (``stories15M``; see ``pyllama.hub``).
-    """
-    path = Path(resolve(path))
+    config: ModelConfig
+    weights: Weights
+    records: Mapping | None = None  # GGUF metadata (key -> MetaValue), the vocabulary included; None for llama2.c
+
+
+def read_checkpoint(path: str | os.PathLike) -> ParsedCheckpoint:
+    """Open ``path`` once, sniff it (its first four bytes: GGUF, else llama2.c) and parse it once."""
+    path = Path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such file")
     if path.is_dir():
         raise CheckpointError(f"{path}: is a directory, not a model file")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic == b"GGUF":
-        from pyllama.checkpoint.gguf import load_gguf
+    with open(path, "rb") as file:
+        kind = sniff_checkpoint(file)
+        return parse_checkpoint(path, kind, file)
 
-        return load_gguf(path)
+
+def sniff_checkpoint(file: BinaryIO) -> str:
+    """``GGUF`` or ``LLAMA2C``, from an open file's first four bytes."""
+    file.seek(0)
+    return GGUF if file.read(4) == b"GGUF" else LLAMA2C
+
+
+def parse_checkpoint(path: Path, kind: str, file: BinaryIO | None = None) -> ParsedCheckpoint:
+    """Parse ``path`` as ``kind`` (``sniff_checkpoint``'s answer): header, metadata and tensors, once.
+    ``file``: ``path`` already open, which the parser maps instead of opening the file again."""
+    if kind == GGUF:
+        from pyllama.checkpoint.gguf import parse_gguf
+
+        config, weights = parse_gguf(path, file)
+        return ParsedCheckpoint(config, weights, weights.source.metadata)
     from pyllama.checkpoint.llama2c import load_llama2c
 
-    return load_llama2c(path)
+    return ParsedCheckpoint(*load_llama2c(path, file))
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
+    """Load a llama2.c ``.bin`` (version 0/1/2) or a GGUF file, chosen by the file's first bytes."""
+    parsed = read_checkpoint(path)
+    return parsed.config, parsed.weights

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
@@ -146,17 +147,31 @@ class _CheckedReader(GGUFReader):
 
 
 def open_gguf(path: Path) -> _CheckedReader:
-    """Map and parse a GGUF file once: header, metadata (``.metadata``) and tensor infos, all checked."""
-    name = path.name
-    size = path.stat().st_size
-    if size < 24:
-        raise CheckpointError(f"{name}: {size} bytes is too small for a GGUF header (24 bytes)")
+    """Map and parse a GGUF file once: header, metadata (``.metadata``) and tensor infos, all checked.
+
+    For a caller that has not looked at the file yet: its magic is checked first (``read_gguf``
+    is the same without that read, for a file ``sniff_checkpoint`` has already looked at)."""
+    _check_size(path)
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
-        raise CheckpointError(f"{name}: not a GGUF file: it starts with {magic!r}, expected {GGUF_MAGIC!r}")
+        raise CheckpointError(f"{path.name}: not a GGUF file: it starts with {magic!r}, expected {GGUF_MAGIC!r}")
+    return read_gguf(path)
+
+
+def _check_size(path: Path) -> None:
+    size = path.stat().st_size
+    if size < 24:
+        raise CheckpointError(f"{path.name}: {size} bytes is too small for a GGUF header (24 bytes)")
+
+
+def read_gguf(path: Path, file: BinaryIO | None = None) -> _CheckedReader:
+    """Map and parse a GGUF file whose first bytes have been checked: header, metadata, tensor infos.
+    ``file``: ``path`` already open (``read_checkpoint``), mapped instead of opening it again."""
+    name = path.name
+    _check_size(path)
     try:
-        reader = _CheckedReader(path, "r")
+        reader = _CheckedReader(path if file is None else file, "r")
     except _Malformed as exc:
         raise CheckpointError(f"{name}: {exc}") from None
     except (ValueError, KeyError, IndexError, OverflowError, UnicodeDecodeError, MemoryError) as exc:
@@ -386,8 +401,18 @@ class _Tensors:
 def load_gguf(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
     """Map a GGUF ``llama`` or ``qwen2`` model and return its config and zero-copy weight views."""
     path = Path(path)
+    return model_of(open_gguf(path), path)
+
+
+def parse_gguf(path: Path, file: BinaryIO | None = None) -> tuple[ModelConfig, Weights]:
+    """``load_gguf`` for a file whose first bytes have been read (``read_checkpoint``): no second read
+    of its magic; ``file``: the open file, mapped instead of opening it again."""
+    return model_of(read_gguf(path, file), path)
+
+
+def model_of(reader: _CheckedReader, path: Path) -> tuple[ModelConfig, Weights]:
+    """The config and zero-copy weight views of a parsed GGUF ``llama`` or ``qwen2`` model."""
     name = path.name
-    reader = open_gguf(path)
     meta = _Meta(reader, name)
     arch = meta.string(Keys.General.ARCHITECTURE)
     if arch is None:
@@ -453,26 +478,9 @@ def load_gguf(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
         )
     tensors.check_all_used()
     qkv_bias = any(lw.bq is not None for lw in layers)
-    cfg = replace(cfg, shared_classifier=shared, qkv_bias=qkv_bias, extra=_extra(meta))
+    cfg = replace(cfg, shared_classifier=shared, qkv_bias=qkv_bias)
     types = sorted({t.tensor_type.name for t in reader.tensors}, key=lambda s: (s != "F32", s))
     version = int(reader.fields["GGUF.version"].contents())
     fmt = f"GGUF v{version} {arch} ({'/'.join(types)})"
     weights = Weights(emb, layers, final_norm, cls, source=reader, format=fmt, file_bytes=path.stat().st_size)
     return cfg, weights
-
-
-def _extra(meta: _Meta) -> dict:
-    """A few descriptive keys for ``pyllama info``; nothing the engine reads."""
-    extra = {}
-    for key in (Keys.General.NAME, Keys.General.FILE_TYPE, Keys.Tokenizer.MODEL):
-        record = meta.records.get(key)
-        if record is None or record.type == GGUFValueType.ARRAY:
-            continue
-        if record.type == GGUFValueType.STRING:
-            try:
-                extra[key] = record.value.decode("utf-8")  # type: ignore[attr-defined]
-            except UnicodeDecodeError:
-                pass
-        else:
-            extra[key] = record.value
-    return extra

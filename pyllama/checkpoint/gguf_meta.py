@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 from gguf import GGUFValueType
@@ -225,9 +226,10 @@ class MetadataFile:
     metadata: dict[str, MetaValue]
 
 
-def read_metadata_file(path: str | os.PathLike[str]) -> MetadataFile:
-    """Map ``path`` and parse its header and metadata; ``MalformedGGUF`` when they are broken."""
-    data = np.memmap(path, mode="r") if os.path.getsize(path) else np.zeros(0, np.uint8)
+def read_metadata_file(path: str | os.PathLike[str], file: BinaryIO | None = None) -> MetadataFile:
+    """Map ``path`` and parse its header and metadata; ``MalformedGGUF`` when they are broken.
+    ``file``: ``path`` already open, mapped instead of opening it again."""
+    data = np.memmap(path if file is None else file, mode="r") if os.path.getsize(path) else np.zeros(0, np.uint8)
     if data.size < HEADER_BYTES:
         raise MalformedGGUF(f"{data.size} bytes is too small for a GGUF header ({HEADER_BYTES} bytes)")
     if bytes(data[:4]) != b"GGUF":

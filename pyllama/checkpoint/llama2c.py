@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -134,14 +135,15 @@ def _expected_bytes(cfg: ModelConfig, version: int, group_size: int = 0) -> int:
     return HEADER_V12 + 4 * norms + matrices + 4 * (matrices // group_size)
 
 
-def load_llama2c(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
-    """Map a llama2.c checkpoint (version 0, 1 or 2) and return its config and weight views."""
+def load_llama2c(path: str | os.PathLike, file: BinaryIO | None = None) -> tuple[ModelConfig, Weights]:
+    """Map a llama2.c checkpoint (version 0, 1 or 2) and return its config and weight views.
+    ``file``: ``path`` already open (``read_checkpoint``), mapped instead of opening it again."""
     path = Path(path)
     name = path.name
     size = path.stat().st_size
     if size < HEADER_V0:
         raise CheckpointError(f"{name}: {size} bytes is too small for a llama2.c checkpoint header (28 bytes)")
-    buf = np.memmap(path, dtype=np.uint8, mode="r")
+    buf = np.memmap(path if file is None else file, dtype=np.uint8, mode="r")
     header = buf.data  # a memoryview of the mapped bytes: struct reads them in place
     (first,) = struct.unpack_from("<I", header, 0)
     group_size = 0

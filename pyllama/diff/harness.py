@@ -38,7 +38,7 @@ from pyllama.errors import InputError, PluginError, PyllamaError
 if TYPE_CHECKING:
     from pyllama.checkpoint.weights import Weights
     from pyllama.config import ModelConfig
-    from pyllama.model import Model
+    from pyllama.tokenizer.base import Tokenizer
 
 BLOCK = 64  # positions per block, at most: a block holds block x vocab float64 values a few times per side
 BLOCK_VALUES = 1 << 21  # so the block shrinks for large vocabularies (Qwen2's 151,936 -> 13 positions)
@@ -85,34 +85,28 @@ class _Side:
 
     def run(self, tokens: np.ndarray, start: int, where: str) -> None:
         m = tokens.shape[0]
+        self.at = f"position {start}" if m == 1 else f"positions {start}..{start + m - 1}"
         try:
             if self.blocks:
                 self.engine.forward_block(np.ascontiguousarray(tokens, dtype=np.int32), start)
                 self.bad_layer[:m] = self.engine.block_nonfinite_layers[:m]
             else:
-                self._run_positions(tokens, start, where)
+                self._run_positions(tokens, start)
         except PyllamaError:
             raise
-        except Exception as exc:
-            at = f"position {start}" if m == 1 else f"positions {start}..{start + m - 1}"
-            raise PluginError(f"{self.label}: failed at {where} {at} ({type(exc).__name__}: {exc})") from exc
+        except Exception as exc:  # the plugin's failure (its attend or memory_bytes), in one line
+            raise PluginError(f"{self.label}: failed at {where} {self.at} ({type(exc).__name__}: {exc})") from exc
         classify_block(self.classifier, self.hidden[:m], self.logits, self.n_threads)
         # float64 log-softmax here, so the two sides do theirs concurrently (numpy releases the GIL)
         metrics.log_softmax(self.logits[:m], out=self.logp[:m], probs=self.probs[:m])
 
-    def _run_positions(self, tokens: np.ndarray, start: int, where: str) -> None:
+    def _run_positions(self, tokens: np.ndarray, start: int) -> None:
         engine = self.engine
         attention = engine.attention
         for i in range(tokens.shape[0]):
             pos = start + i
-            try:
-                engine.forward(int(tokens[i]), pos)
-            except PyllamaError:
-                raise
-            except Exception as exc:
-                raise PluginError(
-                    f"{self.label}: failed at {where} position {pos} ({type(exc).__name__}: {exc})"
-                ) from exc
+            self.at = f"position {pos}"  # where a failure is reported (run's one wrapper)
+            engine.forward(int(tokens[i]), pos)
             self.hidden[i] = self.final
             self.att[i] = self.capture
             self.bad_layer[i] = engine.nonfinite_layer
@@ -120,26 +114,31 @@ class _Side:
 
 
 def run_diff(
-    model: Model,
+    config: ModelConfig,
+    weights: Weights,
     a: str | Attention | None,
     b: str | Attention | None,
     probe: ProbeSource = "standard",
+    *,
+    tokenizer: Tokenizer | None = None,
     threads: int | None = None,
     progress: bool | None = None,
     block: int = BLOCK,
     blocks: bool = True,
+    name: str = "model",
 ) -> DiffReport:
-    """Teacher-force ``probe`` through plugins ``a`` and ``b`` on ``model``'s weights: a DiffReport.
+    """Teacher-force ``probe`` through plugins ``a`` and ``b`` on one set of weights: a DiffReport.
 
-    ``blocks=False`` runs one forward per position instead of blocks of ``block`` positions: the
-    same report (timing aside), slower; for checking the block path."""
+    ``tokenizer`` turns a probe's text into ids (not needed for token ids); ``threads``: the budget
+    of both engines together (default 1); ``name``: the model, for the report. ``blocks=False`` runs
+    one forward per position instead of blocks of ``block`` positions: the same report (timing
+    aside), slower; for checking the block path."""
     t_start = time.perf_counter()
-    config = model.config
     block = max(1, min(block, BLOCK_VALUES // config.vocab_size))
     if isinstance(a, Attention) and a is b:
         raise InputError("diff needs two plugin instances (each owns its cache): pass two specs or two objects")
     label_a, label_b = plugin_label(a), plugin_label(b)
-    pr = load_probe(probe, model.tokenizer, config.seq_len)
+    pr = load_probe(probe, tokenizer, config.seq_len)
     for seg in pr.segments:
         bad = (seg.tokens < 0) | (seg.tokens >= config.vocab_size)
         if bad.any():
@@ -148,14 +147,14 @@ def run_diff(
                 f"model's vocabulary of {config.vocab_size}: wrong tokenizer?"
             )
     plugin_a, plugin_b = create_plugin(a), create_plugin(b)
-    total_threads = max(1, int(threads or getattr(model, "threads", 1) or 1))
+    total_threads = max(1, int(threads or 1))
     concurrent = total_threads >= 2
     per_engine = max(1, total_threads // 2) if concurrent else total_threads
     sides = []
     for label, plugin in ((label_a, plugin_a), (label_b, plugin_b)):
         with plugin_calls(label, "init"):
-            engine = Engine(config, model.weights, plugin, per_engine, max_block=block)
-        sides.append(_Side(label, engine, block, config, model.weights, per_engine, blocks))
+            engine = Engine(config, weights, plugin, per_engine, max_block=block)
+        sides.append(_Side(label, engine, block, config, weights, per_engine, blocks))
     side_a, side_b = sides
     max_a, max_b = side_a.engine.max_positions, side_b.engine.max_positions
 
@@ -261,7 +260,7 @@ def run_diff(
     return DiffReport(
         a=label_a,
         b=label_b,
-        model=str(getattr(model, "path", "") or "model"),
+        model=name,
         probe=pr.name,
         n_layers=L,
         kv_bytes_per_position=kv_bytes,
