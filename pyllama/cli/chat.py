@@ -1,6 +1,7 @@
 """``pyllama chat``: one turn with an instruct model, its prompt rendered from the file's own template.
 
-A command of the ``pyllama`` CLI (registered by ``cli.py``); the rendering is ``pyllama.chat``'s.
+A command of the ``pyllama`` CLI (registered by ``pyllama.cli``); the rendering is ``pyllama.chat``'s.
+Its sampling options are generate's (``shared.py``), with chat's own defaults (greedy, the context).
 """
 
 from __future__ import annotations
@@ -11,7 +12,17 @@ from pathlib import Path
 
 import click
 
-from pyllama.cli import attention_option, checkpoint_option, threads_option, tokenizer_option
+from pyllama.cli.shared import (
+    attention_option,
+    checkpoint_option,
+    seed_option,
+    steps_option,
+    stream,
+    temperature_option,
+    threads_option,
+    tokenizer_option,
+    topp_option,
+)
 
 
 @click.command()
@@ -26,17 +37,10 @@ from pyllama.cli import attention_option, checkpoint_option, threads_option, tok
     default=None,
     help="A Jinja chat template file to use instead of the model's tokenizer.chat_template.",
 )
-@click.option(
-    "-n",
-    "--steps",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Positions to run, prompt included; 0 = the model's context. An end-of-turn token stops earlier.",
-)
-@click.option("-t", "--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True)
-@click.option("-p", "--topp", type=click.FloatRange(0.0, 1.0), default=0.9, show_default=True)
-@click.option("-s", "--seed", type=click.IntRange(min=0), default=0, help="RNG seed; 0 = from the clock.")
+@steps_option(0, "Positions to run, prompt included; 0 = the model's context. An end-of-turn token stops earlier.")
+@temperature_option(0.0)
+@topp_option
+@seed_option
 @attention_option
 @threads_option
 @click.option(
@@ -61,20 +65,15 @@ def chat(
 
     template = None if template_file is None else Path(template_file).read_text(encoding="utf-8")
     if print_prompt:
-        from pyllama.tokenizer import load_tokenizer
+        from pyllama.load import open_tokenizer
 
-        tok = load_tokenizer(tokenizer or checkpoint)
+        tok = open_tokenizer(tokenizer or checkpoint)
         text, ids = chat_api.prompt_ids(tok, message, system, template)
         click.echo(json.dumps({"prompt": text, "prompt_ids": ids}, ensure_ascii=False))
         return
     from pyllama.model import Model
 
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
-
-    def stream(text: str) -> None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-
     result = chat_api.generate(
         model,
         message,

@@ -1,0 +1,3 @@
+from pyllama.cli import main
+
+main()

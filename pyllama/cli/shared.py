@@ -1,0 +1,119 @@
+"""Options shared by the commands, defined once, and the helpers they share.
+
+Ranges are checked by ``pyllama.options`` (the Python API runs the same checks), wrapped here as
+click callbacks; an option that two commands take with different defaults is a factory.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from pyllama import options
+from pyllama.errors import PyllamaError, TokenizerError
+
+
+def _in_range(check):
+    """A click callback running one of pyllama.options' checks (the Python API runs the same)."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value):
+        try:
+            return check(value, name="")
+        except PyllamaError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+    return callback
+
+
+def _threads_in_range(value: int | None, name: str) -> int | None:
+    return options.check_threads(value, name=name, allow_default=False)
+
+
+checkpoint_option = click.option(
+    "-c",
+    "--checkpoint",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Model file: a llama2.c .bin (versions 0/1/2) or a .gguf, or a downloaded name (pyllama download --list).",
+)
+tokenizer_option = click.option(
+    "-z",
+    "--tokenizer",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Tokenizer: llama2.c tokenizer.bin/tok512.bin, or a GGUF. Default: the GGUF's own, or tokenizer.bin "
+    "beside the checkpoint.",
+)
+threads_option = click.option(
+    "--threads",
+    type=int,
+    default=None,
+    callback=_in_range(_threads_in_range),
+    help="Threads for the kernels and plugins (default: all cores; at most 4 per core). Results are identical "
+    "for any count.",
+)
+attention_option = click.option(
+    "--attention",
+    "-a",
+    default="causal",
+    show_default=True,
+    help="Attention plugin spec, e.g. causal, sliding:256, sink:4,252 (see `pyllama plugins`).",
+)
+
+
+def steps_option(default: int, help: str):
+    return click.option(
+        "-n",
+        "--steps",
+        type=int,
+        default=default,
+        show_default=True,
+        callback=_in_range(options.check_steps),
+        help=help,
+    )
+
+
+def temperature_option(default: float):
+    return click.option(
+        "-t",
+        "--temperature",
+        type=float,
+        default=default,
+        show_default=True,
+        callback=_in_range(options.check_temperature),
+        help="0 = greedy argmax; otherwise softmax(logits / T) sampling (finite, >= 0).",
+    )
+
+
+topp_option = click.option(
+    "-p",
+    "--topp",
+    type=float,
+    default=0.9,
+    show_default=True,
+    callback=_in_range(options.check_topp),
+    help="Top-p (nucleus) sampling threshold in [0, 1]; 0 or 1 samples from the full distribution.",
+)
+seed_option = click.option(
+    "-s",
+    "--seed",
+    type=int,
+    default=0,
+    callback=_in_range(options.check_seed),
+    help="RNG seed in [0, 2^64 - 1]; 0 = from the clock (like run.c).",
+)
+
+
+def require_tokenizer(model, checkpoint: str) -> None:
+    """generate and diff need text: say why there is no tokenizer (none beside it, or one that does not fit)."""
+    if model.tokenizer is None:
+        if model.tokenizer_problem:
+            raise TokenizerError(f"{model.tokenizer_problem}; pass the model's tokenizer with -z")
+        raise click.UsageError(f"{checkpoint}: no tokenizer found beside it; pass one with -z")
+
+
+def stream(text: str) -> None:
+    """Text to stdout as it is generated."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
