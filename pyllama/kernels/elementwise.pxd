@@ -5,5 +5,4 @@ cdef void exp_inplace(float* x, Py_ssize_t n) noexcept nogil
 cdef void rmsnorm(float* out, const float* x, const float* weight, Py_ssize_t n, float eps) noexcept nogil
 cdef void softmax(float* x, Py_ssize_t n) noexcept nogil
 cdef void swiglu(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil
-cdef void saxpy(float* y, float a, const float* x, Py_ssize_t n) noexcept nogil
 cdef void add_inplace(float* y, const float* x, Py_ssize_t n) noexcept nogil

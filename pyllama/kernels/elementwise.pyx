@@ -1,4 +1,4 @@
-"""Elementwise and row kernels: fast exp, softmax, rmsnorm, SwiGLU, saxpy.
+"""Elementwise and row kernels: fast exp, softmax, rmsnorm, SwiGLU, add.
 
 These touch vectors of at most a few thousand floats per token, so they run on one thread; the
 reductions (rmsnorm's sum of squares, softmax's max and sum) are serial in index order so that
@@ -100,12 +100,6 @@ cdef void swiglu(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
         hb[i] = val * hb2[i]
 
 
-cdef void saxpy(float* y, float a, const float* x, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(n):
-        y[i] = y[i] + a * x[i]
-
-
 cdef void add_inplace(float* y, const float* x, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(n):
@@ -142,9 +136,3 @@ def swiglu_(float[::1] hb, const float[::1] hb2):
     if hb.shape[0]:
         swiglu(&hb[0], &hb2[0], hb.shape[0])
 
-
-def saxpy_(float[::1] y, float a, const float[::1] x):
-    if y.shape[0] != x.shape[0]:
-        raise ValueError("saxpy: x and y must have the same length")
-    if y.shape[0]:
-        saxpy(&y[0], a, &x[0], y.shape[0])
