@@ -137,42 +137,89 @@ def run_diff(
     block = max(1, min(block, BLOCK_VALUES // config.vocab_size))
     if isinstance(a, Attention) and a is b:
         raise InputError("diff needs two plugin instances (each owns its cache): pass two specs or two objects")
-    label_a, label_b = plugin_label(a), plugin_label(b)
     pr = load_probe(probe, tokenizer, config.seq_len)
-    for seg in pr.segments:
-        bad = (seg.tokens < 0) | (seg.tokens >= config.vocab_size)
-        if bad.any():
-            raise InputError(
-                f"probe {pr.name}, {seg.name}: token id {int(seg.tokens[bad][0])} is outside the "
-                f"model's vocabulary of {config.vocab_size}: wrong tokenizer?"
-            )
-    plugin_a, plugin_b = create_plugin(a), create_plugin(b)
+    _check_probe_ids(pr, config.vocab_size)
     total_threads = max(1, int(threads or 1))
     concurrent = total_threads >= 2
     per_engine = max(1, total_threads // 2) if concurrent else total_threads
     sides = []
-    for label, plugin in ((label_a, plugin_a), (label_b, plugin_b)):
+    for spec in (a, b):
+        label, plugin = plugin_label(spec), create_plugin(spec)
         with plugin_calls(label, "init"):
             engine = Engine(config, weights, plugin, per_engine, max_block=block)
         sides.append(_Side(label, engine, block, config, weights, per_engine, blocks))
-    side_a, side_b = sides
-    max_a, max_b = side_a.engine.max_positions, side_b.engine.max_positions
+    seg_infos, notes = _segment_infos(pr, sides)
+    total = sum(s.compared for s in seg_infos)
+    cols = _columns(total, config.n_layers)
+    show = progress if progress is not None else total >= PROGRESS_MIN_POSITIONS
+    bar = None
+    if show:
+        from tqdm.auto import tqdm
 
-    notes: list[str] = []
-    seg_infos: list[SegmentInfo] = []
+        bar = tqdm(
+            total=total,
+            unit="pos",
+            desc=f"diff {sides[0].label} vs {sides[1].label}",
+            leave=False,
+            disable=None if progress is None else False,
+        )
+    pool = ThreadPoolExecutor(max_workers=1) if concurrent else None
+    try:
+        offsets = _teacher_force(pr, seg_infos, sides, cols, block, pool, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+        if pool is not None:
+            pool.shutdown()
+        for side in sides:
+            side.engine.set_capture()
+            side.engine.set_ledger()
+    return DiffReport(
+        a=sides[0].label,
+        b=sides[1].label,
+        model=name,
+        probe=pr.name,
+        n_layers=config.n_layers,
+        kv_bytes_per_position=2 * config.n_layers * config.kv_dim * 4,
+        segments=seg_infos,
+        recall=_recall_rows(pr, seg_infos, offsets, cols),
+        notes=notes,
+        seconds=time.perf_counter() - t_start,
+        threads=total_threads,
+        **cols,
+    )
+
+
+def _check_probe_ids(pr: Probe, vocab_size: int) -> None:
     for seg in pr.segments:
-        n = min(len(seg), max_a, max_b)
+        bad = (seg.tokens < 0) | (seg.tokens >= vocab_size)
+        if bad.any():
+            raise InputError(
+                f"probe {pr.name}, {seg.name}: token id {int(seg.tokens[bad][0])} is outside the "
+                f"model's vocabulary of {vocab_size}: wrong tokenizer?"
+            )
+
+
+def _segment_infos(pr: Probe, sides: list[_Side]) -> tuple[list[SegmentInfo], list[str]]:
+    """Each segment is compared over the positions both plugins hold; the notes say where that is shorter."""
+    held = [(side.label, side.engine.max_positions) for side in sides]
+    notes: list[str] = []
+    infos: list[SegmentInfo] = []
+    for seg in pr.segments:
+        n = min(len(seg), *(m for _, m in held))
         note = seg.note
         if n < len(seg):
-            holders = [f"{lab} holds {m:,}" for lab, m in ((label_a, max_a), (label_b, max_b)) if m < len(seg)]
+            holders = [f"{lab} holds {m:,}" for lab, m in held if m < len(seg)]
             cover = f"compared positions 0..{n - 1} of {len(seg):,} ({', '.join(holders)})"
             notes.append(f"{seg.name}: {cover}")
             note = f"{note}; {cover}" if note else cover
-        seg_infos.append(SegmentInfo(seg.name, seg.kind, len(seg), n, note))
-    total = sum(s.compared for s in seg_infos)
+        infos.append(SegmentInfo(seg.name, seg.kind, len(seg), n, note))
+    return infos, notes
 
-    L = config.n_layers
-    cols: dict[str, np.ndarray] = {
+
+def _columns(total: int, n_layers: int) -> dict[str, np.ndarray]:
+    """The report's per-position columns, for ``total`` positions."""
+    return {
         "segment": np.zeros(total, dtype=np.int32),
         "position": np.zeros(total, dtype=np.int64),
         "token": np.zeros(total, dtype=np.int32),
@@ -183,94 +230,68 @@ def run_diff(
         "top1_b": np.zeros(total, dtype=np.int32),
         "logp_a": np.zeros(total),
         "logp_b": np.zeros(total),
-        "layer_err": np.zeros((total, L)),
+        "layer_err": np.zeros((total, n_layers)),
         "mem_a": np.zeros(total, dtype=np.int64),
         "mem_b": np.zeros(total, dtype=np.int64),
         "nonfinite_a": np.full(total, -1, dtype=np.int32),
         "nonfinite_b": np.full(total, -1, dtype=np.int32),
     }
-    show = progress if progress is not None else total >= PROGRESS_MIN_POSITIONS
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
 
-        bar = tqdm(
-            total=total,
-            unit="pos",
-            desc=f"diff {label_a} vs {label_b}",
-            leave=False,
-            disable=None if progress is None else False,
-        )
-    pool = ThreadPoolExecutor(max_workers=1) if concurrent else None
-    scratch = np.empty((block, config.vocab_size), dtype=np.float32)
+
+def _teacher_force(pr, seg_infos, sides, cols, block, pool, bar) -> list[int]:
+    """Every segment through both sides, block by block, into ``cols``; the first row of each segment."""
+    side_a, side_b = sides
+    scratch = np.empty((block, side_a.logits.shape[1]), dtype=np.float32)
     row = 0
     offsets = []
-    try:
-        for si, (seg, info) in enumerate(zip(pr.segments, seg_infos, strict=True)):
-            offsets.append(row)
-            side_a.engine.reset()
-            side_b.engine.reset()
-            for c0 in range(0, info.compared, block):
-                c1 = min(info.compared, c0 + block)
-                m = c1 - c0
-                toks = seg.tokens[c0:c1]
-                where = f"{pr.name}/{seg.name}"
-                if pool is not None:
-                    fut = pool.submit(side_b.run, toks, c0, where)
-                    side_a.run(toks, c0, where)
-                    fut.result()
-                else:
-                    side_a.run(toks, c0, where)
-                    side_b.run(toks, c0, where)
-                r = slice(row, row + m)
-                nxt = np.full(m, -1, dtype=np.int32)
-                avail = min(c1 + 1, len(seg)) - (c0 + 1)
-                nxt[:avail] = seg.tokens[c0 + 1 : c0 + 1 + avail]
-                la, lb = side_a.logits[:m], side_b.logits[:m]
-                lpa, lpb = side_a.logp[:m], side_b.logp[:m]
-                cols["segment"][r] = si
-                cols["position"][r] = np.arange(c0, c1)
-                cols["token"][r] = toks
-                cols["next_token"][r] = nxt
-                cols["max_abs_dlogit"][r] = metrics.max_abs_diff(la, lb, scratch=scratch[:m])
-                cols["kl"][r] = metrics.kl_divergence(lpa, lpb, side_a.probs[:m], scratch=side_b.probs[:m])
-                cols["top1_a"][r] = metrics.top1(la)
-                cols["top1_b"][r] = metrics.top1(lb)
-                cols["logp_a"][r] = metrics.teacher_logprob(lpa, nxt)
-                cols["logp_b"][r] = metrics.teacher_logprob(lpb, nxt)
-                cols["layer_err"][r] = metrics.relative_l2(side_a.att[:m], side_b.att[:m])
-                cols["mem_a"][r] = side_a.mem[:m]
-                cols["mem_b"][r] = side_b.mem[:m]
-                cols["nonfinite_a"][r] = metrics.nonfinite_layer(side_a.bad_layer[:m], la, L)
-                cols["nonfinite_b"][r] = metrics.nonfinite_layer(side_b.bad_layer[:m], lb, L)
-                row += m
-                if bar is not None:
-                    bar.update(m)
-    finally:
-        if bar is not None:
-            bar.close()
-        if pool is not None:
-            pool.shutdown()
-        for side in sides:
-            side.engine.set_capture()
-            side.engine.set_ledger()
+    for si, (seg, info) in enumerate(zip(pr.segments, seg_infos, strict=True)):
+        offsets.append(row)
+        side_a.engine.reset()
+        side_b.engine.reset()
+        for c0 in range(0, info.compared, block):
+            c1 = min(info.compared, c0 + block)
+            m = c1 - c0
+            toks = seg.tokens[c0:c1]
+            where = f"{pr.name}/{seg.name}"
+            if pool is not None:
+                fut = pool.submit(side_b.run, toks, c0, where)
+                side_a.run(toks, c0, where)
+                fut.result()
+            else:
+                side_a.run(toks, c0, where)
+                side_b.run(toks, c0, where)
+            nxt = np.full(m, -1, dtype=np.int32)
+            avail = min(c1 + 1, len(seg)) - (c0 + 1)
+            nxt[:avail] = seg.tokens[c0 + 1 : c0 + 1 + avail]
+            r = slice(row, row + m)
+            cols["segment"][r] = si
+            cols["position"][r] = np.arange(c0, c1)
+            cols["token"][r] = toks
+            cols["next_token"][r] = nxt
+            _compare(cols, r, side_a, side_b, nxt, scratch[:m])
+            row += m
+            if bar is not None:
+                bar.update(m)
+    return offsets
 
-    recall = _recall_rows(pr, seg_infos, offsets, cols)
-    kv_bytes = 2 * config.n_layers * config.kv_dim * 4
-    return DiffReport(
-        a=label_a,
-        b=label_b,
-        model=name,
-        probe=pr.name,
-        n_layers=L,
-        kv_bytes_per_position=kv_bytes,
-        segments=seg_infos,
-        recall=recall,
-        notes=notes,
-        seconds=time.perf_counter() - t_start,
-        threads=total_threads,
-        **cols,
-    )
+
+def _compare(cols: dict[str, np.ndarray], r: slice, side_a: _Side, side_b: _Side, nxt: np.ndarray, scratch) -> None:
+    """The metrics of one block of positions (rows ``r``), from both sides' buffers."""
+    m = r.stop - r.start
+    n_layers = cols["layer_err"].shape[1]
+    la, lb = side_a.logits[:m], side_b.logits[:m]
+    lpa, lpb = side_a.logp[:m], side_b.logp[:m]
+    cols["max_abs_dlogit"][r] = metrics.max_abs_diff(la, lb, scratch=scratch)
+    cols["kl"][r] = metrics.kl_divergence(lpa, lpb, side_a.probs[:m], scratch=side_b.probs[:m])
+    cols["top1_a"][r] = metrics.top1(la)
+    cols["top1_b"][r] = metrics.top1(lb)
+    cols["logp_a"][r] = metrics.teacher_logprob(lpa, nxt)
+    cols["logp_b"][r] = metrics.teacher_logprob(lpb, nxt)
+    cols["layer_err"][r] = metrics.relative_l2(side_a.att[:m], side_b.att[:m])
+    cols["mem_a"][r] = side_a.mem[:m]
+    cols["mem_b"][r] = side_b.mem[:m]
+    cols["nonfinite_a"][r] = metrics.nonfinite_layer(side_a.bad_layer[:m], la, n_layers)
+    cols["nonfinite_b"][r] = metrics.nonfinite_layer(side_b.bad_layer[:m], lb, n_layers)
 
 
 def _recall_rows(
