@@ -219,6 +219,30 @@ class Model:
         """Token ids of ``text``; ``bos`` None: as the tokenizer says (llama2.c: always BOS)."""
         return list(self._require_tokenizer().encode(text, bos=bos, eos=False))
 
+    def _prompt_and_steps(self, prompt: str | list[int], steps: int, max_pos: int) -> tuple[list[int], int, list[str]]:
+        """The prompt's ids, checked, and ``steps`` (0: the context) clamped to what the plugin holds."""
+        notices: list[str] = []
+        prompt_ids = list(prompt) if not isinstance(prompt, str) else self.tokenize(prompt)
+        if not prompt_ids:
+            raise InputError("the prompt needs at least one token (BOS)")
+        bad = [t for t in prompt_ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise InputError(f"prompt token id {bad[0]} is outside the model's vocabulary of {self.config.vocab_size}")
+        if steps == 0:
+            steps = min(self.config.seq_len, max_pos)
+        if steps > max_pos:
+            notices.append(
+                f"steps {steps} clamped to {max_pos}: the attention plugin holds {max_pos} positions"
+                + (" (the model's context)" if max_pos == self.config.seq_len else "")
+            )
+            steps = max_pos
+        if len(prompt_ids) > max_pos:
+            raise InputError(
+                f"the prompt is {len(prompt_ids)} tokens but the attention plugin holds {max_pos} positions: "
+                "shorten the prompt or use a plugin with more positions (e.g. causal:positions=N)"
+            )
+        return prompt_ids, steps, notices
+
     def generate(
         self,
         prompt: str | list[int] = "",
@@ -243,74 +267,39 @@ class Model:
         steps, seed = check_steps(steps), check_seed(seed)
         engine = self.engine(attention, threads)
         label = plugin_label(attention)
-        notices: list[str] = []
-        prompt_ids = list(prompt) if not isinstance(prompt, str) else self.tokenize(prompt)
-        if not prompt_ids:
-            raise InputError("the prompt needs at least one token (BOS)")
-        bad = [t for t in prompt_ids if not 0 <= t < self.config.vocab_size]
-        if bad:
-            raise InputError(f"prompt token id {bad[0]} is outside the model's vocabulary of {self.config.vocab_size}")
-        max_pos = engine.max_positions
-        if steps == 0:
-            steps = min(self.config.seq_len, max_pos)
-        if steps > max_pos:
-            notices.append(
-                f"steps {steps} clamped to {max_pos}: the attention plugin holds {max_pos} positions"
-                + (" (the model's context)" if max_pos == self.config.seq_len else "")
-            )
-            steps = max_pos
-        if len(prompt_ids) > max_pos:
-            raise InputError(
-                f"the prompt is {len(prompt_ids)} tokens but the attention plugin holds {max_pos} positions: "
-                "shorten the prompt or use a plugin with more positions (e.g. causal:positions=N)"
-            )
+        prompt_ids, steps, notices = self._prompt_and_steps(prompt, steps, engine.max_positions)
         if not seed:
             seed = int(time.time()) & 0xFFFFFFFF  # run.c: (unsigned int)time(NULL)
         sampler = Sampler(self.config.vocab_size, temperature, topp, seed)
         out = np.zeros(max(steps - len(prompt_ids) + 1, 1), dtype=np.int32)
-        pieces: list[str] = []
-        on_token = None
-        decoder = None
-        caller_failure: list[BaseException] = []  # raised by decoding or on_text: not the plugin's doing
-        if self.tokenizer is not None:
-            decoder = self.tokenizer.decoder(prompt_ids[0])
-
-            def on_token(token: int) -> None:
-                try:
-                    s = decoder.feed(token)
-                    if s:
-                        pieces.append(s)
-                        if on_text is not None:
-                            on_text(s)
-                except BaseException as exc:
-                    caller_failure.append(exc)
-                    raise
-
+        text = _TextStream(self.tokenizer, prompt_ids[0], on_text) if self.tokenizer is not None else None
         prompt_arr = np.asarray(prompt_ids, dtype=np.int32)
         stop_ids = None if ignore_eos else np.array(sorted(self.stop_ids), dtype=np.int32)
         try:
             n, stop_token, elapsed, pos, prompt_seconds = engine.generate_into(
-                prompt_arr, steps, sampler, out, on_token, stop_ids=stop_ids, stop_in_prompt=self.stops_like_runc
+                prompt_arr,
+                steps,
+                sampler,
+                out,
+                text.on_token if text is not None else None,
+                stop_ids=stop_ids,
+                stop_in_prompt=self.stops_like_runc,
             )
         except PyllamaError:
             raise
         except Exception as exc:
-            if caller_failure and exc is caller_failure[0]:
+            if text is not None and text.failure and exc is text.failure[0]:
                 raise
             raise plugin_failure(label, "attend", exc) from exc
-        if decoder is not None:
-            tail = decoder.flush()
-            if tail:
-                pieces.append(tail)
-                if on_text is not None:
-                    on_text(tail)
+        if text is not None:
+            text.flush()
         n_prompt_run = min(len(prompt_ids), pos)  # the positions the prompt's block pass ran
         tok_per_s = (pos - n_prompt_run) / elapsed if elapsed > 0 and pos > n_prompt_run else 0.0
         prompt_tok_per_s = n_prompt_run / prompt_seconds if prompt_seconds > 0 else 0.0
         return Generation(
             prompt_ids=prompt_ids,
             ids=out[:n].tolist(),
-            text="".join(pieces),
+            text="".join(text.pieces) if text is not None else "",
             tok_per_s=tok_per_s,
             memory_bytes=checked_memory_bytes(engine.attention, label),
             stop_token=int(stop_token) if stop_token >= 0 else None,
@@ -318,3 +307,32 @@ class Model:
             notices=notices,
             prompt_tok_per_s=prompt_tok_per_s,
         )
+
+
+class _TextStream:
+    """Generated ids to text as run.c prints it (never a split UTF-8 character), handed to ``on_text``.
+
+    A failure here (decoding, or the caller's ``on_text``) is the caller's, not the plugin's:
+    ``failure`` keeps it so that ``generate`` re-raises it as it is."""
+
+    def __init__(self, tokenizer: Tokenizer, first: int, on_text: Callable[[str], None] | None) -> None:
+        self.decoder = tokenizer.decoder(first)
+        self.on_text = on_text
+        self.pieces: list[str] = []
+        self.failure: list[BaseException] = []
+
+    def _emit(self, s: str) -> None:
+        if s:
+            self.pieces.append(s)
+            if self.on_text is not None:
+                self.on_text(s)
+
+    def on_token(self, token: int) -> None:
+        try:
+            self._emit(self.decoder.feed(token))
+        except BaseException as exc:
+            self.failure.append(exc)
+            raise
+
+    def flush(self) -> None:
+        self._emit(self.decoder.flush())
