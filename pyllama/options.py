@@ -2,7 +2,7 @@
 
 The CLI's click callbacks and the Python API call the same checks, so a value is refused with the
 same one-line ``InputError`` stating the range wherever it comes from (run.c clamps such values in
-silence; pyllama says what it will not do). The core never imports click: ``cli.py`` wraps these.
+silence; pyllama says what it will not do). The core never imports click: ``pyllama/cli/shared.py`` wraps these.
 """
 
 from __future__ import annotations

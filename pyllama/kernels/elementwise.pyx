@@ -135,4 +135,3 @@ def swiglu_(float[::1] hb, const float[::1] hb2):
         raise ValueError("swiglu: hb and hb2 must have the same length")
     if hb.shape[0]:
         swiglu(&hb[0], &hb2[0], hb.shape[0])
-
