@@ -17,10 +17,10 @@ bucket sizes are the binary representation of ``n // base`` (in units of ``base`
 ``n % base`` tokens are staged. ``levels`` caps the number of buckets: a carry that reaches the
 top level merges into it, so the oldest bucket absorbs everything older.
 
-State, allocated once in ``init`` (numpy owns the memory), keys and values each: float32 sink rows
-``[n_layers, sinks, kv_dim]``, a window ring ``[n_layers, window, kv_dim]`` (position t >= sinks in
-row ``(t - sinks) % window``), a staging area ``[n_layers, base, kv_dim]`` and one summary row per
-level ``[n_layers, 62, kv_dim]`` with its count. Memory is O(sinks + window + base + log t), so
+State, allocated once in ``init`` (numpy owns the memory), keys and values each: the sink rows and
+window ring of ``pyllama.attention.window`` (a token leaving the window reaches ``leave_window``),
+a staging area ``[n_layers, base, kv_dim]`` and one summary row per level ``[n_layers, 62, kv_dim]``
+with its count. Memory is O(sinks + window + base + log t), so
 ``max_positions`` is unbounded.
 
 Positions. Without ``shift`` every key keeps the position it was rotated with, so past the trained
@@ -29,8 +29,8 @@ inside the memory, as StreamingLLM does for its cache (``sink:s,w,shift``): the 
 consecutive positions ending at the query, so no distance exceeds the number of rows. The exact
 tail (staged tokens and window) is contiguous, so it stays where it is; each bucket summary is
 re-rotated so that the middle of its span lands on its row's position (RoPE is linear, so rotating
-a mean key rotates every key it averages), and the sink keys move forward like StreamingLLM's. That
-is a few RoPE rows per step on copies, O(sinks + log t) work.
+a mean key rotates every key it averages), and the sink keys move forward like StreamingLLM's
+(``WindowAttention.moved``). That is a few RoPE rows per step on copies, O(sinks + log t) work.
 
 Every step attends, per query head, with the shared routine over sinks, buckets (oldest first),
 staged tokens and the window: ascending position order. With ``sinks + window`` >= the sequence
@@ -44,61 +44,45 @@ from libc.string cimport memcpy
 import numpy as np
 
 from pyllama.attention.base cimport threads_for
-from pyllama.attention.gather cimport GatherAttention, kept_span, position_rows
-from pyllama.kernels.rope cimport RopeSpec, rope_spec_of, rope_row, rope_apply
+from pyllama.attention.gather cimport take_rows
+from pyllama.attention.window cimport WindowAttention, kept_span
 
 from pyllama.attention.base import UNBOUNDED
-from pyllama.attention.memory import gather_bytes, require_memory
-from pyllama.attention.spec import Knob
+from pyllama.attention.memory import require_memory
+from pyllama.attention.spec import Knob, check_knobs
+from pyllama.attention.window import sink_window_knobs
 
 DEF MAX_LEVELS = 62  # base * 2**62 tokens: more than any sequence
 
 
-cdef class Lattice(GatherAttention):
+cdef class Lattice(WindowAttention):
     name = "lattice"
     description = ("sinks + exact window + dyadic buckets of the past (size doubles with age, "
                    "log(count) bias; Log-Linear Attention): memory O(log t)")
     knobs = (
-        Knob("sinks", int, 4, "first positions always kept exact (attention sinks)", min=0),
-        Knob("window", int, 64, "most recent positions kept exact, the current one included", min=1),
+        *sink_window_knobs(4, 64, "kept exact"),
         Knob("base", int, 8, "tokens in a level-0 bucket; a level-l bucket holds base * 2^l", min=1),
         Knob("levels", int, 0, "at most this many buckets, the oldest absorbing the rest; 0 = no cap",
              min=0, max=MAX_LEVELS),
         Knob("shift", bool, False, "assign positions inside the memory (StreamingLLM); off: original positions"),
     )
 
-    cdef object _buck_k, _buck_v, _buck_n, _counts  # also read from Python (inspection, ledger)
-    cdef float* sink_k       # [n_layers, sinks, kv_dim]
-    cdef float* sink_v
-    cdef float* ring_k       # [n_layers, window, kv_dim]: position t >= sinks in row (t - sinks) % window
-    cdef float* ring_v
+    cdef object _buck_k, _buck_v, _buck_n  # also read from Python (inspection, ledger)
     cdef float* stage_k      # [n_layers, base, kv_dim]: exact tokens waiting to form a level-0 bucket
     cdef float* stage_v
     cdef float* buck_k       # [n_layers, MAX_LEVELS, kv_dim]: mean key of the bucket of each level
     cdef float* buck_v
     cdef long long* buck_n   # [n_layers, MAX_LEVELS]: tokens in it (0: no bucket at that level)
-    cdef long long* length   # [n_layers]: positions seen by each layer
-    cdef long long* n_stage  # [n_layers]
+    cdef long long* n_stage  # [n_layers] tokens staged (the counters' row 1; row 0: positions seen)
     cdef double* carry       # [2, kv_dim]: the bucket being carried upwards (key mean, value mean)
     cdef float* bias         # [rows]: this step's per-row score bias (0 exact, log(count) bucket)
-    cdef float* shifted      # [sinks + MAX_LEVELS, kv_dim] this step's re-rotated sink and bucket keys (shift)
-    cdef float* rope_cos     # [n_rot / 2] a RoPE row (shift)
-    cdef float* rope_sin
-    cdef RopeSpec rope
-    cdef readonly long long sinks, window, base
+    cdef readonly long long base
     cdef readonly int levels
     cdef readonly bint shift
     cdef int cap             # levels in use (MAX_LEVELS when uncapped)
 
     def __init__(self, sinks: int = 4, window: int = 64, base: int = 8, levels: int = 0, shift: bool = False):
-        if sinks < 0:
-            raise ValueError(f"lattice: sinks must be >= 0, got {sinks}")
-        if window < 1:
-            raise ValueError(f"lattice: window must be >= 1 (the current position is always attended), got {window}")
-        if base < 1:
-            raise ValueError(f"lattice: base must be >= 1, got {base}")
-        if not 0 <= levels <= MAX_LEVELS:
-            raise ValueError(f"lattice: levels must be in [0, {MAX_LEVELS}] (0: no cap), got {levels}")
+        check_knobs(self, sinks=sinks, window=window, base=base, levels=levels, shift=shift)
         self.sinks = sinks
         self.window = window
         self.base = base
@@ -111,44 +95,33 @@ cdef class Lattice(GatherAttention):
         """What init allocates (Python integers: no overflow for any knob value)."""
         S, W, B, L, kv = int(self.sinks), int(self.window), int(self.base), config.n_layers, config.kv_dim
         rows = S + MAX_LEVELS + B + W
-        hot = 2 * L * (max(S, 1) + W + B) * kv * 4  # sink, ring and staging rows, keys and values
-        buckets = 2 * L * MAX_LEVELS * kv * 4 + L * MAX_LEVELS * 8 + 2 * L * 8
-        scratch = 2 * kv * 8 + rows * 4 + (S + MAX_LEVELS) * kv * 4 + 2 * max(config.n_rot // 2, 1) * 4
-        return gather_bytes(config, rows) + hot + buckets + scratch
+        staging = 2 * L * B * kv * 4
+        buckets = 2 * L * MAX_LEVELS * kv * 4 + L * MAX_LEVELS * 8
+        scratch = 2 * kv * 8 + rows * 4  # carry, bias
+        return self.window_bytes(config, rows, 2, S + MAX_LEVELS if self.shift else 0) + staging + buckets + scratch
 
     def init(self, config, pool):
         require_memory("lattice", f"sinks={int(self.sinks):,}, window={int(self.window):,}, base={int(self.base):,}",
                        self.planned_bytes(config))
-        cdef long long S = self.sinks, W = self.window, B = self.base
+        cdef long long S = self.sinks, B = self.base
         L, kv = config.n_layers, config.kv_dim
-        cdef Py_ssize_t half = max(config.n_rot // 2, 1)
-        self.init_gather(config, S + MAX_LEVELS + B + W)
-        self.rope = rope_spec_of(config)
+        # shift: scratch rows for the moved sink keys and one per bucket
+        self.init_window(config, S + MAX_LEVELS + B + self.window, 2, S + MAX_LEVELS if self.shift else 0)
+        self.n_stage = self.length + self.n_layers
         self._buck_k = np.zeros((L, MAX_LEVELS, kv), dtype=np.float32)
         self._buck_v = np.zeros((L, MAX_LEVELS, kv), dtype=np.float32)
         self._buck_n = np.zeros((L, MAX_LEVELS), dtype=np.int64)
-        self._counts = np.zeros((2, L), dtype=np.int64)
-        # max(…, 1): a valid pointer even for sinks=0
-        self.sink_k = <float*>self.own(np.zeros((L, max(S, 1), kv), dtype=np.float32))
-        self.sink_v = <float*>self.own(np.zeros((L, max(S, 1), kv), dtype=np.float32))
-        self.ring_k = <float*>self.own(np.zeros((L, W, kv), dtype=np.float32))
-        self.ring_v = <float*>self.own(np.zeros((L, W, kv), dtype=np.float32))
         self.stage_k = <float*>self.own(np.zeros((L, B, kv), dtype=np.float32))
         self.stage_v = <float*>self.own(np.zeros((L, B, kv), dtype=np.float32))
         self.buck_k = <float*>self.own(self._buck_k)
         self.buck_v = <float*>self.own(self._buck_v)
         self.buck_n = <long long*>self.own(self._buck_n)
-        self.length = <long long*>self.own(self._counts)
-        self.n_stage = self.length + self.n_layers
         self.carry = <double*>self.own(np.zeros((2, kv), dtype=np.float64))
         self.bias = <float*>self.own(np.zeros(self.rows, dtype=np.float32))
-        self.shifted = <float*>self.own(np.zeros((S + MAX_LEVELS, kv), dtype=np.float32))
-        self.rope_cos = <float*>self.own(np.zeros(2 * half, dtype=np.float32))
-        self.rope_sin = self.rope_cos + half
 
     def reset(self):
-        if self._counts is not None:
-            self._counts[...] = 0
+        WindowAttention.reset(self)
+        if self._buck_n is not None:
             self._buck_n[...] = 0
 
     def memory_bytes(self):
@@ -157,9 +130,9 @@ cdef class Lattice(GatherAttention):
             return 0
         row = 2 * self.kv_dim * 4
         total = 0
+        held = self.held_exact()
         for layer in range(self.n_layers):
-            t = int(self._counts[0, layer])
-            exact = min(t, self.sinks) + min(max(t - self.sinks, 0), self.window) + int(self._counts[1, layer])
+            exact = int(held[layer]) + int(self._counts[1, layer])
             buckets = int(np.count_nonzero(self._buck_n[layer]))
             total += exact * row + buckets * (row + 8)
         return total
@@ -219,7 +192,7 @@ cdef class Lattice(GatherAttention):
             mv[i] = <float>cv[i]
         self.buck_n[layer * MAX_LEVELS + lvl] = count
 
-    cdef void _leave_window(self, int layer, const float* key, const float* value) noexcept nogil:
+    cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil:
         """One token leaves the window: stage it; ``base`` staged tokens become a level-0 bucket."""
         cdef Py_ssize_t kv = self.kv_dim, i
         cdef long long B = self.base, j, ns = self.n_stage[layer]
@@ -244,21 +217,13 @@ cdef class Lattice(GatherAttention):
         self._push_bucket(layer, B)
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        self.check_in_order(layer, pos, self.length[layer])
-        cdef long long S = self.sinks, W = self.window, B = self.base, R = self.rows
+        self.keep(layer, pos, k, v)  # a token leaving the window is staged (leave_window)
+        cdef long long S = self.sinks, B = self.base, R = self.rows
         cdef Py_ssize_t kv = self.kv_dim
-        cdef float* key_row
-        cdef float* value_row
-        if position_rows(pos, layer, S, W, kv, self.sink_k, self.sink_v, self.ring_k, self.ring_v,
-                         &key_row, &value_row):
-            self._leave_window(layer, key_row, value_row)  # pos - W leaves: pos overwrites its row
-        memcpy(key_row, k, kv * sizeof(float))
-        memcpy(value_row, v, kv * sizeof(float))
-        self.length[layer] = pos + 1
 
         # rows, ascending in position: sinks, buckets (oldest = highest level first), staged, window
         cdef long long n_sink, ring_start, n_ring
-        kept_span(pos, S, W, &n_sink, &ring_start, &n_ring)
+        kept_span(pos, S, self.window, &n_sink, &ring_start, &n_ring)
         cdef long long ns = self.n_stage[layer]
         cdef long long n_buck = 0, n, i
         cdef int lvl
@@ -279,30 +244,18 @@ cdef class Lattice(GatherAttention):
         cdef const float* buck_keys[MAX_LEVELS]
         cdef long long offset = (pos + 1 - ns - n_ring) - n_sink - n_buck
         cdef long long start, count, b = 0
-        if self.shift and offset != 0:
-            if n_sink > 0:
-                rope_row(&self.rope, offset, self.rope_cos, self.rope_sin)
-                memcpy(self.shifted, sink_keys, n_sink * kv * sizeof(float))
-                for i in range(n_sink):
-                    rope_apply(&self.rope, self.shifted + i * kv, self.n_kv_heads, self.rope_cos, self.rope_sin)
-                sink_keys = self.shifted
-            start = S  # the oldest bucket starts right after the sinks
-            for lvl in range(self.cap - 1, -1, -1):
-                count = self.buck_n[layer * MAX_LEVELS + lvl]
-                if count == 0:
-                    continue
-                # the middle of positions start .. start + count - 1 goes to row n_sink + b
-                rope_row(&self.rope, n_sink + b + offset - (start + (count - 1) // 2), self.rope_cos, self.rope_sin)
-                memcpy(self.shifted + (S + b) * kv, self.buck_k + (layer * MAX_LEVELS + lvl) * kv, kv * sizeof(float))
-                rope_apply(&self.rope, self.shifted + (S + b) * kv, self.n_kv_heads, self.rope_cos, self.rope_sin)
-                buck_keys[b] = self.shifted + (S + b) * kv
-                start += count
-                b += 1
-        else:
-            for lvl in range(self.cap - 1, -1, -1):
-                if self.buck_n[layer * MAX_LEVELS + lvl] > 0:
-                    buck_keys[b] = self.buck_k + (layer * MAX_LEVELS + lvl) * kv
-                    b += 1
+        if self.shift and offset != 0 and n_sink > 0:
+            sink_keys = self.moved(sink_keys, n_sink, offset, 0)
+        start = S  # the oldest bucket starts right after the sinks
+        for lvl in range(self.cap - 1, -1, -1):
+            count = self.buck_n[layer * MAX_LEVELS + lvl]
+            if count == 0:
+                continue
+            buck_keys[b] = self.buck_k + (layer * MAX_LEVELS + lvl) * kv
+            if self.shift and offset != 0:  # the middle of positions start .. start + count - 1 goes to row n_sink + b
+                buck_keys[b] = self.moved(buck_keys[b], 1, n_sink + b + offset - (start + (count - 1) // 2), S + b)
+            start += count
+            b += 1
 
         cdef int h
         cdef long long j
@@ -314,21 +267,14 @@ cdef class Lattice(GatherAttention):
             off = (h // self.kv_mul) * self.head_dim
             kp = self.kptr + h * R
             vp = self.vptr + h * R
-            for i in range(n_sink):
-                kp[i] = sink_keys + i * kv + off
-                vp[i] = self.sink_v + (layer * S + i) * kv + off
-            j = n_sink
+            j = self.take_sinks(kp, vp, NULL, 0, layer, sink_keys, n_sink, off)
             for lvl in range(self.cap - 1, -1, -1):
                 if self.buck_n[layer * MAX_LEVELS + lvl] > 0:
                     kp[j] = buck_keys[j - n_sink] + off
                     vp[j] = self.buck_v + (layer * MAX_LEVELS + lvl) * kv + off
                     j = j + 1
-            for i in range(ns):
-                kp[j + i] = self.stage_k + (layer * B + i) * kv + off
-                vp[j + i] = self.stage_v + (layer * B + i) * kv + off
-            j = j + ns
-            for i in range(n_ring):  # ascending positions ring_start .. pos
-                kp[j + i] = self.ring_k + (layer * W + (ring_start + i - S) % W) * kv + off
-                vp[j + i] = self.ring_v + (layer * W + (ring_start + i - S) % W) * kv + off
+            j = take_rows(kp, vp, NULL, j, self.stage_k + layer * B * kv + off, self.stage_v + layer * B * kv + off,
+                          ns, kv)
+            self.take_window(kp, vp, NULL, j, layer, ring_start, n_ring, off)
             self.attend_gathered(h, q, bias, n, out)
         return 0

@@ -1,4 +1,4 @@
-# Base of the built-in plugins: shapes, row tables and buffers for gathering rows per head (gather.pyx).
+# Base of the built-in plugins: shapes, per-layer counters, row tables and the loops that fill them (gather.pyx).
 
 from pyllama.attention.base cimport Attention
 from pyllama.attention.head cimport attend_head
@@ -11,8 +11,10 @@ cdef class GatherAttention(Attention):
     cdef float* scores               # [n_heads, rows] the shared routine's scratch
     cdef const float** kptr          # [n_heads, rows] key rows gathered for the shared routine
     cdef const float** vptr          # [n_heads, rows] value rows
+    cdef object _counts              # [counters, n_layers] int64 per-layer counters (None: none); reset() zeroes them
+    cdef long long* length           # row 0 of _counts: positions seen by each layer (blocks run layer by layer)
 
-    cdef int init_gather(self, config, long long rows) except -1
+    cdef int init_gather(self, config, long long rows, int counters=*) except -1
     cdef void* own(self, array) except NULL
     cdef int check_in_order(self, int layer, long long pos, long long expected) except -1 nogil
 
@@ -23,29 +25,49 @@ cdef class GatherAttention(Attention):
                     self.head_dim, self.scores + h * self.rows, out + h * self.head_dim)
 
 
-# ---- sinks + a ring window (sink, lattice, tiered; kmeans attends the same span of its full cache) --
-# Position t < sinks is kept in sink row t; a later position in ring row (t - sinks) % window.
+# ---- gathering: append rows to one head's tables kp/vp at index j; return the new count ------------
+# keys/values point at the first row (already offset to the KV head); rows are `stride` floats apart.
+# bias: NULL, or this head's per-row bias, set to 0 for the exact rows appended.
 
-cdef inline void kept_span(long long pos, long long sinks, long long window, long long* n_sink,
-                           long long* ring_start, long long* n_ring) noexcept nogil:
-    """After position pos: sink positions 0 .. n_sink - 1 and the window ring_start .. pos (n_ring)."""
-    n_sink[0] = pos + 1 if pos + 1 < sinks else sinks
-    ring_start[0] = pos + 1 - window if pos + 1 - window > sinks else sinks
-    n_ring[0] = pos + 1 - ring_start[0] if pos >= sinks else 0
+cdef inline long long take_rows(const float** kp, const float** vp, float* bias, long long j, const float* keys,
+                                const float* values, long long n, Py_ssize_t stride) noexcept nogil:
+    """n consecutive rows."""
+    cdef long long i
+    for i in range(n):
+        kp[j + i] = keys + i * stride
+        vp[j + i] = values + i * stride
+    if bias != NULL:
+        for i in range(n):
+            bias[j + i] = 0.0
+    return j + n
 
 
-cdef inline bint position_rows(long long pos, int layer, long long sinks, long long window, Py_ssize_t kv_dim,
-                               float* sink_k, float* sink_v, float* ring_k, float* ring_v,
-                               float** key_row, float** value_row) noexcept nogil:
-    """Where position pos is kept (sink_*: [layers, sinks, kv_dim], ring_*: [layers, window, kv_dim]).
-    True when that ring row still holds position pos - window, which leaves the window now."""
-    cdef Py_ssize_t row
-    if pos < sinks:
-        row = (layer * sinks + pos) * kv_dim
-        key_row[0] = sink_k + row
-        value_row[0] = sink_v + row
-        return False
-    row = (layer * window + (pos - sinks) % window) * kv_dim
-    key_row[0] = ring_k + row
-    value_row[0] = ring_v + row
-    return pos >= sinks + window
+cdef inline long long take_listed(const float** kp, const float** vp, float* bias, long long j, const float* keys,
+                                  const float* values, const long long* rows, long long n,
+                                  Py_ssize_t stride) noexcept nogil:
+    """The n rows listed in rows[0 .. n-1], in that order."""
+    cdef long long i
+    for i in range(n):
+        kp[j + i] = keys + rows[i] * stride
+        vp[j + i] = values + rows[i] * stride
+    if bias != NULL:
+        for i in range(n):
+            bias[j + i] = 0.0
+    return j + n
+
+
+cdef inline long long take_ring(const float** kp, const float** vp, float* bias, long long j, const float* keys,
+                                const float* values, long long slot, long long n, long long ring,
+                                Py_ssize_t stride) noexcept nogil:
+    """n rows of a ring buffer of `ring` rows, from row `slot` on, wrapping around."""
+    cdef long long i
+    for i in range(n):
+        kp[j + i] = keys + slot * stride
+        vp[j + i] = values + slot * stride
+        slot = slot + 1
+        if slot == ring:
+            slot = 0
+    if bias != NULL:
+        for i in range(n):
+            bias[j + i] = 0.0
+    return j + n

@@ -3,10 +3,13 @@ step gathers, per query head, pointers to the rows it attends (ascending positio
 shared exact routine ``attend_head``.
 
 ``GatherAttention`` holds what that needs: the model's shapes, the per-head pointer tables and
-scores scratch sized for the most rows one step attends, and ``own()``, which keeps a numpy array
-alive for as long as the plugin and hands back its memory as a raw pointer. A subclass calls
-``init_gather(config, rows)`` first in ``init`` and then allocates its own buffers with ``own``;
-a built-in checks ``planned_bytes(config)`` against the machine's memory before either.
+scores scratch sized for the most rows one step attends, per-layer counters (row 0: the positions
+each layer has seen, checked by ``check_in_order``; ``reset()`` zeroes them), and ``own()``, which
+keeps a numpy array alive for as long as the plugin and hands back its memory as a raw pointer. A
+subclass calls ``init_gather(config, rows, counters)`` first in ``init`` and then allocates its own
+buffers with ``own``; a built-in checks ``planned_bytes(config)`` against the machine's memory
+before either (``gather_bytes`` in ``pyllama.attention.memory`` is this part of the plan). The
+inline loops ``take_rows``, ``take_listed`` and ``take_ring`` (gather.pxd) fill one head's tables.
 """
 
 import numpy as np
@@ -20,8 +23,10 @@ cdef class GatherAttention(Attention):
     def __cinit__(self, *args, **kwargs):
         self.native = True
         self._owned = []
+        self._counts = None
+        self.length = NULL
 
-    cdef int init_gather(self, config, long long rows) except -1:
+    cdef int init_gather(self, config, long long rows, int counters=0) except -1:
         self._owned = []
         self.n_layers = config.n_layers
         self.n_heads = config.n_heads
@@ -33,7 +38,17 @@ cdef class GatherAttention(Attention):
         self.scores = <float*>self.own(np.zeros((config.n_heads, rows), dtype=np.float32))
         self.kptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
         self.vptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
+        self._counts = None
+        self.length = NULL
+        if counters > 0:
+            self._counts = np.zeros((counters, config.n_layers), dtype=np.int64)
+            self.length = <long long*>self.own(self._counts)
         return 0
+
+    def reset(self):
+        """A new sequence: every per-layer counter back to 0 (no reallocation)."""
+        if self._counts is not None:
+            self._counts[...] = 0
 
     cdef int check_in_order(self, int layer, long long pos, long long expected) except -1 nogil:
         """Plugins whose state follows the sequence take positions in order, within max_positions."""

@@ -27,9 +27,10 @@ def physical_memory_bytes() -> int | None:
     return pages * page if pages > 0 and page > 0 else None
 
 
-def gather_bytes(config, rows: int) -> int:
-    """GatherAttention's per-head scratch for ``rows`` rows: float32 scores and two pointer tables."""
-    return int(config.n_heads) * int(rows) * (4 + 2 * POINTER_BYTES)
+def gather_bytes(config, rows: int, counters: int = 0) -> int:
+    """What GatherAttention.init_gather allocates: per head, float32 scores and two pointer tables for
+    ``rows`` rows; and ``counters`` int64 counters per layer."""
+    return int(config.n_heads) * int(rows) * (4 + 2 * POINTER_BYTES) + int(counters) * int(config.n_layers) * 8
 
 
 def _human(n: int) -> str:

@@ -10,32 +10,26 @@ Three sources, looked up in this order:
       mycache = "mypkg.cache:MyCache"
 
 * **a local file** — ``path/to/file.py:ClassName`` (optionally ``:args``), imported on demand, or a
-  Cython file ``path/to/file.pyx:ClassName``, compiled on first use (:mod:`pyllama.attention.native`);
+  Cython file ``path/to/file.pyx:ClassName``, compiled on first use (:mod:`pyllama.attention.files`);
 
 plus classes registered at run time with :func:`register` (a notebook experiment).
 
-Every class is checked when it is registered (:func:`check_plugin_class`): an ``Attention`` subclass
-with a one-line description, well-formed knobs the constructor accepts, an ``attend`` it really
-implements (Python override or native Cython fast path), a ``memory_bytes`` ledger, and no class
-attribute hiding the per-instance fields the engine reads. A broken plugin fails with one line that
-names it and the problem. Spec strings are parsed by :mod:`pyllama.attention.spec`.
+Every class is checked against the contract when it is registered or loaded
+(:mod:`pyllama.attention.contract`); a broken plugin fails with one line that names it and the
+problem. Spec strings are parsed by :mod:`pyllama.attention.spec`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import importlib.util
-import inspect
 import re
-import sys
-import types
 from dataclasses import dataclass, field
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from pyllama.attention.base import Attention
+from pyllama.attention.contract import check_plugin_class, plugin_description, plugin_knobs
+from pyllama.attention.files import load_file_plugin
 from pyllama.attention.spec import Knob, format_spec, parse_args, split_spec
 from pyllama.errors import PluginError
 
@@ -46,7 +40,10 @@ __all__ = [
     "check_plugin_class",
     "create_plugin",
     "get_plugin_class",
+    "load_file_plugin",
+    "plugin_description",
     "plugin_infos",
+    "plugin_knobs",
     "plugin_names",
     "register",
     "resolve_spec",
@@ -65,10 +62,8 @@ BUILTINS: dict[str, str] = {
 }
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
-_ENGINE_FIELDS = ("config", "max_positions", "n_threads", "native")
 
 _registered: dict[str, tuple[type, str]] = {}  # name -> (class, origin), checked
-_file_classes: dict[tuple[str, float, str], type] = {}
 _checked_instances: set[type] = set()
 
 
@@ -102,121 +97,6 @@ class PluginInfo:
             ],
             "error": self.error,
         }
-
-
-# ---- the contract -------------------------------------------------------------------------------
-def plugin_description(cls: type) -> str:
-    """The one-line description: the ``description`` attribute, else the docstring's first line."""
-    desc = getattr(cls, "description", "") or ""
-    if not desc and cls.__doc__ and cls.__doc__ is not Attention.__doc__:
-        desc = cls.__doc__.strip().splitlines()[0].strip()
-    return desc
-
-
-def plugin_knobs(cls: type) -> tuple[Knob, ...]:
-    return tuple(getattr(cls, "knobs", ()) or ())
-
-
-def check_plugin_class(cls: Any, label: str, constructor: bool = True) -> None:
-    """Raise PluginError naming ``label`` and the problem unless ``cls`` keeps the attention contract.
-
-    ``constructor=False`` skips what only matters when a spec string builds the plugin (knobs must
-    be constructor keywords), for an instance handed over ready-made.
-    """
-
-    def fail(problem: str) -> None:
-        raise PluginError(f"attention plugin {label}: {problem}")
-
-    if not isinstance(cls, type) or not issubclass(cls, Attention):
-        fail(f"{cls!r} is not a subclass of pyllama.attention.base.Attention")
-    desc = plugin_description(cls)
-    if not desc:
-        fail("has no description: set a one-line `description` class attribute (shown by `pyllama plugins`)")
-    if "\n" in desc:
-        fail("its description must be one line")
-    knobs = getattr(cls, "knobs", ())
-    if not isinstance(knobs, (tuple, list)) or not all(isinstance(k, Knob) for k in knobs):
-        fail("`knobs` must be a tuple of pyllama.attention.spec.Knob")
-    names = [k.name for k in knobs]
-    dup = sorted({n for n in names if names.count(n) > 1})
-    if dup:
-        fail(f"knob {dup[0]!r} is declared twice")
-    for knob in knobs:
-        problems = knob.problems()
-        if problems:
-            fail(problems[0])
-    # the constructor must take every knob by keyword (Cython constructors hide their signature)
-    try:
-        sig = inspect.signature(cls.__init__) if constructor else None
-    except (TypeError, ValueError):
-        sig = None
-    if sig is not None:
-        params = list(sig.parameters.values())[1:]
-        opaque = any(p.kind in (p.VAR_KEYWORD,) for p in params)
-        accepted = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        if not opaque:
-            missing = [n for n in names if n not in accepted]
-            if missing:
-                fail(f"__init__ does not accept the knob {missing[0]!r} as a keyword argument")
-            required = [
-                p.name
-                for p in params
-                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names
-            ]
-            if required:
-                fail(f"__init__ requires {required[0]!r}, which is not a knob: declare it in `knobs`")
-    # per-instance fields the engine reads at C level must not be hidden by class attributes
-    for klass in cls.__mro__:
-        if klass is Attention or klass is object:
-            continue
-        for fname in _ENGINE_FIELDS:
-            attr = klass.__dict__.get(fname)
-            if attr is not None and not isinstance(attr, (types.GetSetDescriptorType, types.MemberDescriptorType)):
-                fail(
-                    f"sets `{fname}` as a class attribute, which the engine never sees: assign "
-                    f"self.{fname} in __init__ or init instead"
-                )
-    # attend: a Python override, or a native fast path
-    probe = cls.__new__(cls)  # runs __cinit__ only: no allocation, no knobs needed
-    python_attend = _overrides(cls, "attend")
-    if probe.native and python_attend:
-        fail(
-            "overrides attend() in Python but inherits a native (Cython) fast path that the engine calls "
-            "instead: set self.native = False in __init__ so the engine calls your attend()"
-        )
-    if not probe.native and not python_attend:
-        fail(
-            "does not implement attend(layer, pos, q, k, v, out): override it in Python, or write a Cython "
-            "class that sets self.native = True in __cinit__ and implements attend_c"
-        )
-    if not _overrides(cls, "memory_bytes"):
-        fail("does not implement memory_bytes() (the ledger: bytes of cache state held right now)")
-    for meth, n_args in (("attend", 6), ("init", 2), ("reset", 0), ("memory_bytes", 0)):
-        fn = getattr(cls, meth)
-        try:
-            msig = inspect.signature(fn)
-        except (TypeError, ValueError):
-            continue
-        try:
-            msig.bind(probe, *([None] * n_args))
-        except TypeError:
-            want = {
-                "attend": "(self, layer, pos, q, k, v, out)",
-                "init": "(self, config, pool)",
-                "reset": "(self)",
-                "memory_bytes": "(self)",
-            }[meth]
-            fail(f"{meth}{msig} does not match the contract {meth}{want}")
-
-
-def _overrides(cls: type, meth: str) -> bool:
-    """True when a class below Attention defines ``meth`` itself."""
-    for klass in cls.__mro__:
-        if klass is Attention:
-            return False
-        if meth in klass.__dict__:
-            return True
-    return False
 
 
 # ---- lookup -------------------------------------------------------------------------------------
@@ -311,55 +191,6 @@ def get_plugin_class(name: str) -> type:
     check_plugin_class(cls, name if origin == "built-in" else f"{name} ({origin})")
     _registered[name] = (cls, origin)
     return cls
-
-
-def load_file_plugin(path: str, class_name: str) -> type:
-    """The class ``class_name`` of the Python (or Cython) file ``path``, imported once per file version."""
-    label = f"{path}:{class_name}"
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise PluginError(f"attention plugin {label}: no such file {path}")
-    file = file.resolve()
-    key = (str(file), file.stat().st_mtime, class_name)
-    if key in _file_classes:
-        return _file_classes[key]
-    if file.suffix == ".pyx":
-        from pyllama.attention.native import import_pyx
-
-        module = import_pyx(file, label)
-    else:
-        module = _import_python_file(file, path, label)
-    module_name = module.__name__
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        found = [
-            n
-            for n, v in vars(module).items()
-            if isinstance(v, type) and issubclass(v, Attention) and v.__module__ == module_name
-        ]
-        raise PluginError(
-            f"attention plugin {label}: {path} has no class {class_name!r}"
-            + (f"; it defines {', '.join(found)}" if found else "; it defines no Attention subclass")
-        )
-    check_plugin_class(cls, label)
-    _file_classes[key] = cls
-    return cls
-
-
-def _import_python_file(file: Path, path: str, label: str) -> types.ModuleType:
-    digest = hashlib.sha1(f"{file}:{file.stat().st_mtime}".encode()).hexdigest()[:10]
-    module_name = f"pyllama_user_plugin_{re.sub(r'[^0-9a-zA-Z_]', '_', file.stem)}_{digest}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise PluginError(f"attention plugin {label}: {path} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(module_name, None)
-        raise PluginError(f"attention plugin {label}: importing {path} failed ({type(exc).__name__}: {exc})") from exc
-    return module
 
 
 # ---- specs --------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 
 from pyllama.errors import PluginError
 
-__all__ = ["Knob", "REQUIRED", "parse_args", "format_spec", "split_spec"]
+__all__ = ["Knob", "REQUIRED", "check_knobs", "parse_args", "format_spec", "split_spec"]
 
 
 class _Required:
@@ -244,6 +244,19 @@ def parse_args(plugin: str, knobs: tuple[Knob, ...], args: str) -> dict[str, Any
                 )
             values[knob.name] = knob.default
     return values
+
+
+def check_knobs(plugin: Any, **values: Any) -> None:
+    """Constructor arguments checked against the knobs of ``plugin`` (an instance or class) as a spec
+    string's values are: ``Sliding(10**20)`` gets the one-line PluginError of ``sliding:10**20``,
+    not an OverflowError. Integer-like values (numpy integers) count as ints."""
+    name = getattr(plugin, "name", type(plugin).__name__)
+    by_name = {k.name: k for k in getattr(plugin, "knobs", ())}
+    for key, value in values.items():
+        knob = by_name[key]
+        if knob.type is int and not isinstance(value, (bool, int)) and hasattr(value, "__index__"):
+            value = value.__index__()
+        knob.check(value, name)
 
 
 def format_spec(name: str, knobs: tuple[Knob, ...], values: dict[str, Any]) -> str:

@@ -1,0 +1,43 @@
+# The sinks + window layout of the built-in memories, the StreamingLLM shift and their gathering (window.pyx).
+
+from pyllama.attention.gather cimport GatherAttention, take_rows, take_ring
+from pyllama.kernels.rope cimport RopeSpec
+
+
+cdef inline void kept_span(long long pos, long long sinks, long long window, long long* n_sink,
+                           long long* ring_start, long long* n_ring) noexcept nogil:
+    """After position pos: sink positions 0 .. n_sink - 1 and the window ring_start .. pos (n_ring)."""
+    n_sink[0] = pos + 1 if pos + 1 < sinks else sinks
+    ring_start[0] = pos + 1 - window if pos + 1 - window > sinks else sinks
+    n_ring[0] = pos + 1 - ring_start[0] if pos >= sinks else 0
+
+
+cdef class WindowAttention(GatherAttention):
+    cdef readonly long long sinks, window
+    cdef float* sink_k        # [n_layers, max(sinks, 1), kv_dim]: position t < sinks in row t
+    cdef float* sink_v
+    cdef float* ring_k        # [n_layers, window, kv_dim]: position t >= sinks in row (t - sinks) % window
+    cdef float* ring_v
+    cdef float* shifted       # [n_shifted, kv_dim] this step's re-rotated keys (shift; NULL without)
+    cdef float* rope_cos      # [n_rot / 2] the RoPE row of a position delta (shift)
+    cdef float* rope_sin
+    cdef RopeSpec rope
+
+    cdef int init_window(self, config, long long rows, int counters, long long n_shifted) except -1
+    cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil
+    cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil
+    cdef const float* moved(self, const float* keys, long long n, long long delta, long long dst) noexcept nogil
+
+    # one head's kept exact rows, appended to kp/vp at j (see gather.pxd's take_*); off: the KV head's channels
+    cdef inline long long take_sinks(self, const float** kp, const float** vp, float* bias, long long j, int layer,
+                                     const float* sink_keys, long long n_sink, Py_ssize_t off) noexcept nogil:
+        """Sink positions 0 .. n_sink - 1; sink_keys: this layer's sink keys (moved by ``moved`` or not)."""
+        return take_rows(kp, vp, bias, j, sink_keys + off, self.sink_v + layer * self.sinks * self.kv_dim + off,
+                         n_sink, self.kv_dim)
+
+    cdef inline long long take_window(self, const float** kp, const float** vp, float* bias, long long j, int layer,
+                                      long long ring_start, long long n_ring, Py_ssize_t off) noexcept nogil:
+        """The window: ascending positions ring_start .. ring_start + n_ring - 1."""
+        cdef Py_ssize_t layer_rows = layer * self.window * self.kv_dim + off
+        return take_ring(kp, vp, bias, j, self.ring_k + layer_rows, self.ring_v + layer_rows,
+                         (ring_start - self.sinks) % self.window, n_ring, self.window, self.kv_dim)

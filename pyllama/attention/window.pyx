@@ -1,0 +1,110 @@
+"""The sinks + window base of the built-in memories: the part StreamingLLM, lattice and tiered share.
+
+Layout. Position t < ``sinks`` is kept exact in sink row t, a later one in ring row
+``(t - sinks) % window``: float32 ``[n_layers, max(sinks, 1), kv_dim]`` and ``[n_layers, window,
+kv_dim]``, keys and values each, allocated once by ``init_window`` with the row tables of
+``GatherAttention`` and its per-layer counters. ``keep(layer, pos, k, v)`` checks the order, stores
+this position and, when its ring row still holds position ``pos - window`` (which leaves the window
+now), first hands that row to ``leave_window``: a no-op here, where a memory with an older tier
+(staging, buckets, quantised groups) takes the token. ``kept_span`` (window.pxd) says which
+positions the sinks and the window hold after a step; ``take_sinks`` and ``take_window`` append a
+head's rows for them in ascending position order.
+
+The shift (StreamingLLM's positions inside the cache, Xiao et al. 2023). RoPE scores depend only on
+the distance between query and key, so moving a row to another position is a re-rotation of its key
+by the position delta: ``moved(keys, n, delta, dst)`` copies n key rows into the scratch rows dst ..
+dst + n - 1 and rotates each by delta (one RoPE row per call, ``rope_rotate_delta``'s arithmetic),
+leaving the cache itself as it was.
+
+A subclass declares its knobs (``sink_window_knobs`` gives the two of the layout), checks the
+constructor's values with ``check_knobs`` and plans its bytes with ``window_bytes`` for the part
+allocated here, so that knob values too large for the machine are refused before anything is
+allocated (``pyllama.attention.memory``).
+"""
+
+from libc.string cimport memcpy
+
+import numpy as np
+
+from pyllama.attention.gather cimport GatherAttention
+from pyllama.kernels.rope cimport rope_spec_of, rope_row, rope_apply
+
+from pyllama.attention.memory import gather_bytes
+from pyllama.attention.spec import Knob
+
+
+def sink_window_knobs(sinks, window, kept="kept"):
+    """The knobs ``sinks`` and ``window`` with these defaults; ``kept`` says how their rows are held."""
+    return (
+        Knob("sinks", int, sinks, f"first positions always {kept} (attention sinks)", min=0),
+        Knob("window", int, window, f"most recent positions {kept}, the current one included", min=1),
+    )
+
+
+cdef class WindowAttention(GatherAttention):
+    """Base of the memories that keep sinks + a window exact (see the module docstring)."""
+
+    def window_bytes(self, config, rows, counters, n_shifted):
+        """What ``init_window`` allocates for these arguments (Python integers: no overflow)."""
+        S, W, L, kv = int(self.sinks), int(self.window), config.n_layers, config.kv_dim
+        shift = n_shifted * kv * 4 + 2 * max(config.n_rot // 2, 1) * 4 if n_shifted > 0 else 0
+        return gather_bytes(config, rows, counters) + 2 * L * (max(S, 1) + W) * kv * 4 + shift
+
+    def held_exact(self):
+        """Per layer, the positions the sinks and the window hold now (int64 numpy)."""
+        t = self._counts[0]
+        return np.minimum(t, self.sinks) + np.minimum(np.maximum(t - self.sinks, 0), self.window)
+
+    cdef int init_window(self, config, long long rows, int counters, long long n_shifted) except -1:
+        """init_gather, then the sink and ring rows; n_shifted > 0: that many scratch rows for ``moved``."""
+        cdef Py_ssize_t half = max(config.n_rot // 2, 1)
+        L, kv = config.n_layers, config.kv_dim
+        self.init_gather(config, rows, counters)
+        self.rope = rope_spec_of(config)
+        # max(…, 1): a valid pointer even for sinks=0
+        self.sink_k = <float*>self.own(np.zeros((L, max(self.sinks, 1), kv), dtype=np.float32))
+        self.sink_v = <float*>self.own(np.zeros((L, max(self.sinks, 1), kv), dtype=np.float32))
+        self.ring_k = <float*>self.own(np.zeros((L, self.window, kv), dtype=np.float32))
+        self.ring_v = <float*>self.own(np.zeros((L, self.window, kv), dtype=np.float32))
+        self.shifted = NULL
+        if n_shifted > 0:
+            self.shifted = <float*>self.own(np.zeros((n_shifted, kv), dtype=np.float32))
+            self.rope_cos = <float*>self.own(np.zeros(2 * half, dtype=np.float32))
+            self.rope_sin = self.rope_cos + half
+        return 0
+
+    cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil:
+        """Store position pos of layer (in order); the row it overwrites goes to leave_window first."""
+        self.check_in_order(layer, pos, self.length[layer])
+        cdef long long S = self.sinks, W = self.window
+        cdef Py_ssize_t kv = self.kv_dim, row
+        cdef float* key_row
+        cdef float* value_row
+        if pos < S:
+            row = (layer * S + pos) * kv
+            key_row = self.sink_k + row
+            value_row = self.sink_v + row
+        else:
+            row = (layer * W + (pos - S) % W) * kv
+            key_row = self.ring_k + row
+            value_row = self.ring_v + row
+            if pos >= S + W:  # the row still holds position pos - W, which leaves the window now
+                self.leave_window(layer, key_row, value_row)
+        memcpy(key_row, k, kv * sizeof(float))
+        memcpy(value_row, v, kv * sizeof(float))
+        self.length[layer] = pos + 1
+        return 0
+
+    cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil:
+        """A token leaves the window (its rows are overwritten right after): sinks + window forget it."""
+
+    cdef const float* moved(self, const float* keys, long long n, long long delta, long long dst) noexcept nogil:
+        """n key rows copied to shifted rows dst .. dst + n - 1, each re-rotated by delta positions."""
+        cdef Py_ssize_t kv = self.kv_dim
+        cdef float* rows = self.shifted + dst * kv
+        cdef long long j
+        rope_row(&self.rope, delta, self.rope_cos, self.rope_sin)
+        memcpy(rows, keys, n * kv * sizeof(float))
+        for j in range(n):
+            rope_apply(&self.rope, rows + j * kv, self.n_kv_heads, self.rope_cos, self.rope_sin)
+        return rows
