@@ -37,6 +37,7 @@ cdef class Engine:
     cdef readonly bint per_position     # the plugin's per_position_order: blocks run position by position
     cdef int dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, q_dim, kv_dim, vocab_size
     cdef float eps
+    cdef int arithmetic  # ARITH_RUNC or ARITH_GGML (kernels/elementwise.pxd)
     cdef Matrix tok_emb
     cdef Matrix cls
     cdef const float* final_norm

@@ -26,7 +26,7 @@ import numpy as np
 from pyllama.errors import NonFiniteError
 
 from pyllama.attention.base cimport Attention
-from pyllama.kernels.elementwise cimport rmsnorm, swiglu, add_inplace
+from pyllama.kernels.elementwise cimport rmsnorm_as, swiglu_as, add_inplace, ARITH_GGML, ARITH_RUNC
 from pyllama.kernels.finite cimport all_finite
 from pyllama.kernels.matvec cimport matrix_of, matvec, matmul, embedding_row, quant_scratch
 from pyllama.kernels.rope cimport rope_spec_of, rope_row, rope_apply
@@ -104,6 +104,7 @@ cdef class Engine:
         self.kv_dim = config.kv_dim
         self.vocab_size = config.vocab_size
         self.eps = config.norm_eps
+        self.arithmetic = ARITH_GGML if config.arithmetic == "ggml" else ARITH_RUNC
         self.tracer = None
         self.tracing = False
 
@@ -306,7 +307,7 @@ cdef class Engine:
         for li in range(self.n_layers):
             lw = &self.layers[li]
             # attention block
-            rmsnorm(self.xb, x, lw.attn_norm, self.dim, self.eps)
+            rmsnorm_as(self.arithmetic, self.xb, x, lw.attn_norm, self.dim, self.eps)
             matvec(self.q, &lw.wq, self.xb, &self.qscratch, self.n_threads)
             matvec(self.k, &lw.wk, self.xb, &self.qscratch, self.n_threads)
             matvec(self.v, &lw.wv, self.xb, &self.qscratch, self.n_threads)
@@ -335,7 +336,7 @@ cdef class Engine:
                     self._trace("kqv_out", li, self.xb2, self.dim)
                     self._trace("ffn_inp", li, x, self.dim)
             # feed-forward block: w2(silu(w1 x) * w3 x)
-            rmsnorm(self.xb, x, lw.ffn_norm, self.dim, self.eps)
+            rmsnorm_as(self.arithmetic, self.xb, x, lw.ffn_norm, self.dim, self.eps)
             matvec(self.hb, &lw.w1, self.xb, &self.qscratch, self.n_threads)
             matvec(self.hb2, &lw.w3, self.xb, &self.qscratch, self.n_threads)
             if self.tracing:
@@ -343,7 +344,7 @@ cdef class Engine:
                     self._trace("ffn_norm", li, self.xb, self.dim)
                     self._trace("ffn_gate", li, self.hb, self.hidden_dim)
                     self._trace("ffn_up", li, self.hb2, self.hidden_dim)
-            swiglu(self.hb, self.hb2, self.hidden_dim)
+            swiglu_as(self.arithmetic, self.hb, self.hb2, self.hidden_dim)
             matvec(self.xb, &lw.w2, self.hb, &self.qscratch, self.n_threads)
             add_inplace(x, self.xb, self.dim)
             if self.nonfinite_layer < 0 and not all_finite(x, self.dim):
@@ -353,7 +354,7 @@ cdef class Engine:
                     self._trace("ffn_gate_par", li, self.hb, self.hidden_dim)
                     self._trace("ffn_out", li, self.xb, self.dim)
                     self._trace("l_out", li, x, self.dim)
-        rmsnorm(x, x, self.final_norm, self.dim, self.eps)
+        rmsnorm_as(self.arithmetic, x, x, self.final_norm, self.dim, self.eps)
         if self.capture_hidden != NULL:
             memcpy(self.capture_hidden, x, self.dim * sizeof(float))
         if not self.skip_logits:
@@ -480,7 +481,7 @@ cdef class Engine:
             lw = &self.layers[li]
             # attention block
             for i in range(n):
-                rmsnorm(self.bxb + i * dim, x + i * dim, lw.attn_norm, dim, self.eps)
+                rmsnorm_as(self.arithmetic, self.bxb + i * dim, x + i * dim, lw.attn_norm, dim, self.eps)
             matmul(self.bq, &lw.wq, self.bxb, n, &self.qscratch, self.n_threads)
             matmul(self.bk, &lw.wk, self.bxb, n, &self.qscratch, self.n_threads)
             matmul(self.bv, &lw.wv, self.bxb, n, &self.qscratch, self.n_threads)
@@ -511,17 +512,17 @@ cdef class Engine:
                 add_inplace(x + i * dim, self.bxb2 + i * dim, dim)
             # feed-forward block: w2(silu(w1 x) * w3 x)
             for i in range(n):
-                rmsnorm(self.bxb + i * dim, x + i * dim, lw.ffn_norm, dim, self.eps)
+                rmsnorm_as(self.arithmetic, self.bxb + i * dim, x + i * dim, lw.ffn_norm, dim, self.eps)
             matmul(self.bhb, &lw.w1, self.bxb, n, &self.qscratch, self.n_threads)
             matmul(self.bhb2, &lw.w3, self.bxb, n, &self.qscratch, self.n_threads)
             for i in range(n):
-                swiglu(self.bhb + i * hidden, self.bhb2 + i * hidden, hidden)
+                swiglu_as(self.arithmetic, self.bhb + i * hidden, self.bhb2 + i * hidden, hidden)
             matmul(self.bxb, &lw.w2, self.bhb, n, &self.qscratch, self.n_threads)
             for i in range(n):
                 add_inplace(x + i * dim, self.bxb + i * dim, dim)
             self._check_block_rows(li, n)
         for i in range(n):
-            rmsnorm(x + i * dim, x + i * dim, self.final_norm, dim, self.eps)
+            rmsnorm_as(self.arithmetic, x + i * dim, x + i * dim, self.final_norm, dim, self.eps)
         if self.capture_hidden != NULL:
             memcpy(self.capture_hidden, x, n * dim * sizeof(float))
         self._first_bad_row(n, pos)
