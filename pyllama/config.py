@@ -12,6 +12,11 @@ import numpy as np
 
 ROPE_NORMAL = "normal"  # pairs (2i, 2i+1): llama2.c and GGUF `llama`
 ROPE_NEOX = "neox"  # pairs (i, i + n_rot/2): GGUF `qwen2`
+# whose elementwise arithmetic (rmsnorm, SwiGLU) the engine reproduces bit for bit: llama2.c's run.c
+# for llama2.c checkpoints, ggml's CPU backend (llama.cpp) for GGUF files; see kernels/elementwise.pyx
+ARITH_RUNC = "run.c"
+ARITH_GGML = "ggml"
+ARITHMETICS = (ARITH_RUNC, ARITH_GGML)
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class ModelConfig:
     arch: str = "llama"
     shared_classifier: bool = True
     qkv_bias: bool = False
+    arithmetic: str = ARITH_RUNC
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
@@ -77,6 +83,7 @@ class ModelConfig:
             "rope_theta": self.rope_theta,
             "n_rot": self.n_rot,
             "rope_style": self.rope_style,
+            "arithmetic": self.arithmetic,
             "norm_eps": self.norm_eps,
             "shared_classifier": self.shared_classifier,
         }

@@ -8,6 +8,7 @@ block = m.logits(token_ids)        # float32[len(token_ids), vocab], positions r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from pyllama.attention.base import Attention
 from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_failure, plugin_label
 from pyllama.attention.registry import create_plugin
 from pyllama.checkpoint.weights import Weights
-from pyllama.config import ModelConfig
+from pyllama.config import ARITHMETICS, ModelConfig
 from pyllama.engine import Engine
 from pyllama.errors import InputError, PyllamaError, TokenizerError
 from pyllama.load import open_model
@@ -92,16 +93,27 @@ class Model:
         self.tokenizer_problem: str | None = None  # why a tokenizer beside the checkpoint was not used
 
     @classmethod
-    def load(cls, path: str | os.PathLike, tokenizer: str | os.PathLike | None = None, threads: int = 0) -> Model:
+    def load(
+        cls,
+        path: str | os.PathLike,
+        tokenizer: str | os.PathLike | None = None,
+        threads: int = 0,
+        arithmetic: str | None = None,
+    ) -> Model:
         """Map a llama2.c ``.bin`` or a ``.gguf`` file. ``tokenizer``: a llama2.c tokenizer file or a
         GGUF (its vocabulary is used); default: the GGUF's own vocabulary, else ``tokenizer.bin``
         beside the checkpoint if there is one, else no tokenizer (ids only). ``path`` and ``tokenizer``
         may be names of downloaded known files (``Model.load("stories15M")``; ``pyllama download``),
         and a downloaded known model gets its own downloaded tokenizer by default. The file is
-        sniffed and parsed once (``pyllama.load``)."""
+        sniffed and parsed once (``pyllama.load``). ``arithmetic``: ``"run.c"`` or ``"ggml"``, whose
+        rmsnorm/SwiGLU rounding to reproduce; default: the format's own program (run.c for llama2.c
+        files, ggml for GGUF files)."""
+        if arithmetic is not None and arithmetic not in ARITHMETICS:
+            raise InputError(f"arithmetic must be one of {', '.join(ARITHMETICS)}, not {arithmetic!r}")
         check_threads(threads)
         opened = open_model(path, tokenizer)
-        model = cls(opened.config, opened.weights, opened.tokenizer, str(opened.path), threads)
+        config = opened.config if arithmetic is None else dataclasses.replace(opened.config, arithmetic=arithmetic)
+        model = cls(config, opened.weights, opened.tokenizer, str(opened.path), threads)
         model.tokenizer_problem = opened.tokenizer_problem
         return model
 

@@ -74,9 +74,14 @@ def test_greedy_ids_match_llama_cpp(run):
             margins.append(top2[1] - top2[0])  # log-softmax keeps differences of logits
     # F32 and Q8_0 reproduce llama.cpp's arithmetic up to summation order (measured < 5e-6); for F16
     # llama.cpp rounds the activations to fp16 before its F16 matmuls while pyllama keeps float32,
-    # which moves the margins by up to 6e-3 (measured).
+    # which moves the margins by up to 6e-3 (measured). A last-bit difference (the F32 ffn_down of
+    # these files sums in another order) can flip one int8 rounding of a Q8_0 activation: that moves
+    # a margin by about a block's largest value / 127 (one flip of 7e-2 measured, at the last
+    # position of "Once upon a time"), so Q8_0 allows it at one position in 32.
     tol = 1e-2 if "f16" in run["model"] else 1e-4
-    assert np.allclose(margins, run["top1_minus_top2_logprob"], atol=tol)
+    close = np.isclose(margins, run["top1_minus_top2_logprob"], atol=tol, rtol=0)
+    flips = 1 if "q8_0" in run["model"] else 0
+    assert (~close).sum() <= flips and np.allclose(margins, run["top1_minus_top2_logprob"], atol=0.1)
 
 
 def test_prompts_tokenise_as_llama_cpp_does():
@@ -95,7 +100,8 @@ def test_f32_gguf_generates_run_c_ids_like_the_bin(run):
 
 
 def test_f32_gguf_logits_equal_the_bins_bitwise():
-    gg, bn = load_model("stories260K-f32.gguf"), load_model("stories260K.bin")
+    """Same weights, same arithmetic (run.c's, asked for: a GGUF file gets ggml's by default)."""
+    gg, bn = Model.load(shared("stories260K-f32.gguf"), arithmetic="run.c"), load_model("stories260K.bin")
     a, b = gg.engine("causal"), bn.engine("causal")
     for pos, token in enumerate([1, 403, 407, 261, 378, 432, 383]):
         assert np.array_equal(a.forward(token, pos), b.forward(token, pos))

@@ -40,7 +40,7 @@ from pyllama.checkpoint.gguf_reader import (  # open_gguf, read_gguf: re-exporte
     read_gguf,
 )
 from pyllama.checkpoint.weights import LayerWeights, Tensor, Weights
-from pyllama.config import ROPE_NEOX, ROPE_NORMAL, ModelConfig
+from pyllama.config import ARITH_GGML, ROPE_NEOX, ROPE_NORMAL, ModelConfig
 from pyllama.errors import CheckpointError
 from pyllama.kernels.qtypes import BY_GGML
 
@@ -202,6 +202,7 @@ def _config(meta: _Meta, arch: str, vocab_size: int) -> ModelConfig:
         rope_style=ROPE_STYLES[arch],
         norm_eps=norm_eps,
         arch=arch,
+        arithmetic=ARITH_GGML,  # match llama.cpp, which computes what people run these files with
     )
 
 

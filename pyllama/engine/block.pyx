@@ -17,7 +17,7 @@ from pyllama.engine.capture cimport capture_block_attention, capture_hidden, led
 from pyllama.engine.forward cimport forward, rope_rows_at
 from pyllama.engine.nonfinite cimport check_block_rows, first_bad_row
 from pyllama.engine.state cimport Config, LayerPtrs, RunState, Transformer
-from pyllama.kernels.elementwise cimport add_inplace, rmsnorm, swiglu
+from pyllama.kernels.elementwise cimport add_inplace, rmsnorm_as, swiglu_as
 from pyllama.kernels.matvec cimport embedding_row, matmul, matvec
 from pyllama.kernels.rope cimport rope_apply
 
@@ -85,7 +85,7 @@ cdef void block_qkv(Transformer* t, const LayerPtrs* lw, Py_ssize_t n, long long
     cdef const float* cos_row
     cdef const float* sin_row
     for i in range(n):
-        rmsnorm(s.bxb + i * dim, s.bx + i * dim, lw.attn_norm, dim, c.eps)
+        rmsnorm_as(c.arithmetic, s.bxb + i * dim, s.bx + i * dim, lw.attn_norm, dim, c.eps)
     matmul(s.bq, &lw.wq, s.bxb, n, &s.qscratch, t.n_threads)
     matmul(s.bk, &lw.wk, s.bxb, n, &s.qscratch, t.n_threads)
     matmul(s.bv, &lw.wv, s.bxb, n, &s.qscratch, t.n_threads)
@@ -112,11 +112,11 @@ cdef void block_ffn(Transformer* t, const LayerPtrs* lw, Py_ssize_t n) noexcept 
     for i in range(n):
         add_inplace(x + i * dim, s.bxb2 + i * dim, dim)
     for i in range(n):
-        rmsnorm(s.bxb + i * dim, x + i * dim, lw.ffn_norm, dim, c.eps)
+        rmsnorm_as(c.arithmetic, s.bxb + i * dim, x + i * dim, lw.ffn_norm, dim, c.eps)
     matmul(s.bhb, &lw.w1, s.bxb, n, &s.qscratch, t.n_threads)
     matmul(s.bhb2, &lw.w3, s.bxb, n, &s.qscratch, t.n_threads)
     for i in range(n):
-        swiglu(s.bhb + i * hidden, s.bhb2 + i * hidden, hidden)
+        swiglu_as(c.arithmetic, s.bhb + i * hidden, s.bhb2 + i * hidden, hidden)
     matmul(s.bxb, &lw.w2, s.bhb, n, &s.qscratch, t.n_threads)
     for i in range(n):
         add_inplace(x + i * dim, s.bxb + i * dim, dim)
@@ -150,7 +150,7 @@ cdef int forward_block(Transformer* t, Attention attention, const int32_t* token
         block_ffn(t, &t.weights.layers[li], n)
         check_block_rows(s, c, li, n)
     for i in range(n):
-        rmsnorm(x + i * dim, x + i * dim, t.weights.final_norm, dim, c.eps)
+        rmsnorm_as(c.arithmetic, x + i * dim, x + i * dim, t.weights.final_norm, dim, c.eps)
     capture_hidden(&t.capture, x, n * dim)
     first_bad_row(s, n, pos)
     ledger_running_sums(&t.capture, base, n)

@@ -18,7 +18,7 @@ from pyllama.engine.state cimport (
 from pyllama.engine.trace cimport (
     trace_attention, trace_embedding, trace_ffn_in, trace_ffn_out, trace_qkv, trace_result,
 )
-from pyllama.kernels.elementwise cimport add_inplace, rmsnorm, swiglu
+from pyllama.kernels.elementwise cimport add_inplace, rmsnorm_as, swiglu_as
 from pyllama.kernels.finite cimport all_finite
 from pyllama.kernels.matvec cimport embedding_row, matvec
 from pyllama.kernels.rope cimport rope_apply, rope_row
@@ -59,7 +59,7 @@ cdef int forward(Transformer* t, Attention attention, int token, long long pos) 
     for li in range(c.n_layers):
         lw = &w.layers[li]
         # attention block
-        rmsnorm(s.xb, x, lw.attn_norm, c.dim, c.eps)
+        rmsnorm_as(c.arithmetic, s.xb, x, lw.attn_norm, c.dim, c.eps)
         matvec(s.q, &lw.wq, s.xb, &s.qscratch, nt)
         matvec(s.k, &lw.wk, s.xb, &s.qscratch, nt)
         matvec(s.v, &lw.wv, s.xb, &s.qscratch, nt)
@@ -80,19 +80,19 @@ cdef int forward(Transformer* t, Attention attention, int token, long long pos) 
         if t.tracer.on:
             trace_attention(t, li)
         # feed-forward block: w2(silu(w1 x) * w3 x)
-        rmsnorm(s.xb, x, lw.ffn_norm, c.dim, c.eps)
+        rmsnorm_as(c.arithmetic, s.xb, x, lw.ffn_norm, c.dim, c.eps)
         matvec(s.hb, &lw.w1, s.xb, &s.qscratch, nt)
         matvec(s.hb2, &lw.w3, s.xb, &s.qscratch, nt)
         if t.tracer.on:
             trace_ffn_in(t, li)
-        swiglu(s.hb, s.hb2, c.hidden_dim)
+        swiglu_as(c.arithmetic, s.hb, s.hb2, c.hidden_dim)
         matvec(s.xb, &lw.w2, s.hb, &s.qscratch, nt)
         add_inplace(x, s.xb, c.dim)
         if s.nonfinite_layer < 0 and not all_finite(x, c.dim):
             locate_nonfinite(s, c, li)
         if t.tracer.on:
             trace_ffn_out(t, li)
-    rmsnorm(x, x, w.final_norm, c.dim, c.eps)
+    rmsnorm_as(c.arithmetic, x, x, w.final_norm, c.dim, c.eps)
     capture_hidden(&t.capture, x, c.dim)
     if not t.capture.skip_logits:
         matvec(s.logits, &w.cls, x, &s.qscratch, nt)

@@ -27,6 +27,7 @@ cdef struct Config:
     int kv_dim                 # n_kv_heads * head_dim
     int vocab_size
     float eps                  # rmsnorm epsilon
+    int arithmetic             # whose rmsnorm/SwiGLU rounding: ARITH_RUNC or ARITH_GGML (kernels/elementwise.pxd)
     int max_block              # most positions one block pass takes
 
 cdef struct LayerPtrs:

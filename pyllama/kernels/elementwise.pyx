@@ -1,5 +1,12 @@
 """Elementwise and row kernels: fast exp, softmax, rmsnorm, SwiGLU, add.
 
+rmsnorm and SwiGLU come in two arithmetics, chosen per model (``ModelConfig.arithmetic``): run.c's
+(float sum of squares, ``w * (s * x)``, ``x * (1 / (1 + e^-x))`` with ``fast_expf``), which llama2.c
+checkpoints use so that greedy ids equal run.c's, and ggml's (double sum of squares, ``(x * s) * w``,
+``x / (1 + e^-x)`` with ggml's own exp, ``ggml_math.h``), which GGUF files use so that every
+intermediate tensor carries the bits llama.cpp's CPU backend computes. A one-ulp difference in a
+normalised row is enough to flip an int8 rounding when the next product quantises it.
+
 These touch vectors of at most a few thousand floats per token, so they run on one thread; the
 reductions (rmsnorm's sum of squares, softmax's max and sum) are serial in index order so that
 their result does not depend on how anything else was parallelised.
@@ -100,6 +107,45 @@ cdef void swiglu(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
         hb[i] = val * hb2[i]
 
 
+cdef extern from "ggml_math.h":
+    float pyllama_ggml_expf(float x) nogil
+    void pyllama_ggml_swiglu(float* hb, const float* hb2, long n) nogil
+
+
+cdef void rmsnorm_ggml(float* out, const float* x, const float* weight, Py_ssize_t n, float eps) noexcept nogil:
+    # ggml's rms_norm then mul: the squares (each rounded to float) summed in double, the mean
+    # rounded to float, x * scale rounded before the weight multiplies it
+    cdef double ss = 0.0
+    cdef Py_ssize_t j
+    cdef float mean, scale
+    for j in range(n):
+        ss = ss + <double>(x[j] * x[j])
+    mean = <float>(ss / n)
+    scale = 1.0 / sqrtf(mean + eps)
+    for j in range(n):
+        out[j] = (x[j] * scale) * weight[j]
+
+
+cdef void swiglu_ggml(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
+    """hb = silu(hb) * hb2 with ggml's silu, x / (1 + e^-x), and its exp (ggml_math.h)."""
+    pyllama_ggml_swiglu(hb, hb2, n)
+
+
+cdef void rmsnorm_as(int arithmetic, float* out, const float* x, const float* weight, Py_ssize_t n,
+                     float eps) noexcept nogil:
+    if arithmetic == ARITH_GGML:
+        rmsnorm_ggml(out, x, weight, n, eps)
+    else:
+        rmsnorm(out, x, weight, n, eps)
+
+
+cdef void swiglu_as(int arithmetic, float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
+    if arithmetic == ARITH_GGML:
+        swiglu_ggml(hb, hb2, n)
+    else:
+        swiglu(hb, hb2, n)
+
+
 cdef void add_inplace(float* y, const float* x, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
     for i in range(n):
@@ -123,15 +169,31 @@ def softmax_(float[::1] x):
         softmax(&x[0], x.shape[0])
 
 
-def rmsnorm_(float[::1] out, const float[::1] x, const float[::1] weight, float eps=1e-5):
+ARITHMETIC = {"run.c": ARITH_RUNC, "ggml": ARITH_GGML}
+
+
+def rmsnorm_(float[::1] out, const float[::1] x, const float[::1] weight, float eps=1e-5, str arithmetic="run.c"):
     if not (out.shape[0] == x.shape[0] == weight.shape[0]):
         raise ValueError("rmsnorm: out, x and weight must have the same length")
+    cdef int kind = ARITHMETIC[arithmetic]
     if x.shape[0]:
-        rmsnorm(&out[0], &x[0], &weight[0], x.shape[0], eps)
+        rmsnorm_as(kind, &out[0], &x[0], &weight[0], x.shape[0], eps)
 
 
-def swiglu_(float[::1] hb, const float[::1] hb2):
+def swiglu_(float[::1] hb, const float[::1] hb2, str arithmetic="run.c"):
     if hb.shape[0] != hb2.shape[0]:
         raise ValueError("swiglu: hb and hb2 must have the same length")
+    cdef int kind = ARITHMETIC[arithmetic]
     if hb.shape[0]:
-        swiglu(&hb[0], &hb2[0], hb.shape[0])
+        swiglu_as(kind, &hb[0], &hb2[0], hb.shape[0])
+
+
+def ggml_exp(const float[::1] x):
+    """ggml's AVX2 single-precision exp of every element (a new array), for tests."""
+    out = np.array(x, dtype=np.float32)
+    cdef float[::1] o = out
+    cdef Py_ssize_t i
+    for i in range(o.shape[0]):
+        o[i] = pyllama_ggml_expf(o[i])
+    return out
+
