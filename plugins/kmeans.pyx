@@ -34,13 +34,13 @@ costs O(sinks + window + budget + clusters) attention per head plus the clusteri
 from cython.parallel cimport prange
 from libc.math cimport logf, sqrtf
 from libc.stdint cimport int32_t, uint64_t, uint8_t
-from libc.stdlib cimport qsort
 
 import numpy as np
 
 from pyllama.attention.base cimport threads_for
 from pyllama.attention.cluster cimport Clusters, ClusterScratch, add_member, cluster_rows, splitmix64
 from pyllama.attention.dense cimport DenseAttention
+from pyllama.attention.gather cimport sort_positions
 from pyllama.attention.window cimport kept_span
 from pyllama.kernels.matvec cimport dot_f32
 
@@ -48,12 +48,6 @@ from pyllama.attention.dense import POSITIONS
 from pyllama.attention.memory import require_memory
 from pyllama.attention.spec import Knob, check_knobs
 from pyllama.attention.window import sink_window_knobs
-
-
-cdef int cmp_position(const void* a, const void* b) noexcept nogil:
-    cdef long long x = (<const long long*>a)[0]
-    cdef long long y = (<const long long*>b)[0]
-    return (x > y) - (x < y)
 
 
 cdef class KMeans(DenseAttention):
@@ -321,7 +315,7 @@ cdef class KMeans(DenseAttention):
                 sel[n_sel] = p
                 n_sel = n_sel + 1
                 p = nxt[p]
-        qsort(sel, n_sel, sizeof(long long), cmp_position)
+        sort_positions(sel, n_sel)
         return n_sel
 
     cdef long long _estimates(self, int h, int layer, long long n_order, long long j) noexcept nogil:

@@ -7,9 +7,8 @@ Tokens age through three tiers, each a published idea:
 * **warm** — the ``warm`` tokens just older than the window, quantised to ``bits`` = 8 or 4 as
   KIVI does (Liu et al. 2024, arXiv 2402.02750): keys *per channel* over groups of ``group``
   tokens, values *per token* over groups of ``group`` channels (never crossing a head), each group
-  with a float32 scale and zero point (``pyllama.attention.quant``: asymmetric min/max,
-  ``code = round((x - min) / scale)``, ``scale = (max - min) / (2^bits - 1)``, so the error of an
-  element is at most ``scale / 2``).
+  with a float32 scale and zero point (asymmetric min/max, ``pyllama.attention.quant``: the error
+  of an element is at most half its scale).
   Keys are quantised per channel, so a key group needs ``group`` tokens: tokens leaving the window
   wait, exact, in a staging group (KIVI's full-precision residual) until it is full. 4-bit codes are
   packed two per byte.
@@ -42,7 +41,7 @@ import numpy as np
 
 from pyllama.attention.base cimport threads_for
 from pyllama.attention.gather cimport take_rows
-from pyllama.attention.quant cimport quant_code, quant_range, set_code
+from pyllama.attention.quant cimport KiviLayout, dequantize_token, quantize_group
 from pyllama.attention.window cimport WindowAttention, kept_span
 from pyllama.kernels.matvec cimport dot_f32
 
@@ -98,6 +97,7 @@ cdef class Tiered(WindowAttention):
     cdef int qmax
     cdef long long n_groups, n_blocks, row_bytes
     cdef int vg, n_vgh, n_vg  # channels per value group, value groups per head and per token
+    cdef KiviLayout kivi      # the same facts for pyllama.attention.quant
 
     def __init__(self, sinks: int = 4, window: int = 64, warm: int = 128, bits: int = 4, group: int = 32,
                  block: int = 32, cold_topk: int = 0, positions: int = 0):
@@ -149,6 +149,9 @@ cdef class Tiered(WindowAttention):
         self.vg = min(G, hd)
         self.n_vgh = (hd + self.vg - 1) // self.vg
         self.n_vg = config.n_kv_heads * self.n_vgh
+        self.kivi.bits, self.kivi.qmax, self.kivi.group = self.bits, self.qmax, G
+        self.kivi.kv_dim, self.kivi.head_dim, self.kivi.row_bytes = kv, hd, self.row_bytes
+        self.kivi.vg, self.kivi.n_vgh, self.kivi.n_vg = self.vg, self.n_vgh, self.n_vg
         self.init_window(config, self.sinks + self.n_blocks + self.warm + G + self.window, 5, 0)
         self.n_stage = self.length + self.n_layers
         self.w_first = self.length + 2 * self.n_layers
@@ -225,38 +228,10 @@ cdef class Tiered(WindowAttention):
     cdef void _dequant_token(self, int layer, long long slot, long long t, Py_ssize_t c0, Py_ssize_t c1,
                              float* key, float* value) noexcept nogil:
         """Channels c0 .. c1-1 (whole heads) of token ``t`` of warm group ``slot``: key[c - c0], value[c - c0]."""
-        cdef long long G = self.group
-        cdef long long gi = layer * self.n_groups + slot
-        cdef const uint8_t* krow = self.kcode + (gi * G + t) * self.row_bytes
-        cdef const uint8_t* vrow = self.vcode + (gi * G + t) * self.row_bytes
-        cdef const float* ks = self.kscale + gi * self.kv_dim
-        cdef const float* kz = self.kzero + gi * self.kv_dim
-        cdef const float* vs = self.vscale + (gi * G + t) * self.n_vg
-        cdef const float* vz = self.vzero + (gi * G + t) * self.n_vg
-        cdef Py_ssize_t c, g0, g1, j, hd = self.head_dim
-        cdef float s, z
-        # codes first (the bit width decided once), then code * scale + zero
-        if self.bits == 8:
-            for c in range(c0, c1):
-                key[c - c0] = <float>krow[c]
-                value[c - c0] = <float>vrow[c]
-        else:
-            for c in range(c0, c1):
-                key[c - c0] = <float>((krow[c >> 1] >> (4 * (c & 1))) & 0x0F)
-                value[c - c0] = <float>((vrow[c >> 1] >> (4 * (c & 1))) & 0x0F)
-        for c in range(c0, c1):  # keys: a scale and zero point per channel
-            key[c - c0] = key[c - c0] * ks[c] + kz[c]
-        g0 = c0
-        while g0 < c1:  # values: one scale and zero point per group of channels inside a head
-            g1 = g0 + self.vg
-            if g1 > (g0 // hd + 1) * hd:
-                g1 = (g0 // hd + 1) * hd
-            j = (g0 // hd) * self.n_vgh + (g0 % hd) // self.vg
-            s = vs[j]
-            z = vz[j]
-            for c in range(g0, g1):
-                value[c - c0] = value[c - c0] * s + z
-            g0 = g1
+        cdef long long gi = layer * self.n_groups + slot, row = gi * self.group + t
+        dequantize_token(&self.kivi, self.kcode + row * self.row_bytes, self.vcode + row * self.row_bytes,
+                         self.kscale + gi * self.kv_dim, self.kzero + gi * self.kv_dim, self.vscale + row * self.n_vg,
+                         self.vzero + row * self.n_vg, c0, c1, key, value)
 
     cdef void _cold_add(self, int layer, const float* key, const float* value) noexcept nogil:
         """Merge one token into the filling cold block (running means); close it when full."""
@@ -282,34 +257,11 @@ cdef class Tiered(WindowAttention):
 
     cdef void _quantize_stage(self, int layer, long long slot) noexcept nogil:
         """Quantise the full staging group of ``layer`` into warm ring slot ``slot``."""
-        cdef long long G = self.group
-        cdef long long gi = layer * self.n_groups + slot
-        cdef Py_ssize_t kv = self.kv_dim, c, t, j, c0, c1
-        cdef const float* sk = self.stage_k + layer * G * kv
-        cdef const float* sv = self.stage_v + layer * G * kv
-        cdef uint8_t* kcodes = self.kcode + gi * G * self.row_bytes
-        cdef uint8_t* vcodes = self.vcode + gi * G * self.row_bytes
-        cdef float* ks = self.kscale + gi * kv
-        cdef float* kz = self.kzero + gi * kv
-        cdef float* vs
-        cdef float* vz
-        for c in range(kv):  # keys: per channel over the group's tokens
-            quant_range(sk + c, G, kv, self.qmax, &kz[c], &ks[c])
-            for t in range(G):
-                set_code(kcodes + t * self.row_bytes, c, quant_code(sk[t * kv + c], kz[c], ks[c], self.qmax),
-                         self.bits)
-        for t in range(G):  # values: per token over groups of channels within a head
-            vs = self.vscale + (gi * G + t) * self.n_vg
-            vz = self.vzero + (gi * G + t) * self.n_vg
-            for j in range(self.n_vg):
-                c0 = (j // self.n_vgh) * self.head_dim + (j % self.n_vgh) * self.vg
-                c1 = c0 + self.vg
-                if c1 > (j // self.n_vgh + 1) * self.head_dim:
-                    c1 = (j // self.n_vgh + 1) * self.head_dim
-                quant_range(sv + t * kv + c0, c1 - c0, 1, self.qmax, &vz[j], &vs[j])
-                for c in range(c0, c1):
-                    set_code(vcodes + t * self.row_bytes, c, quant_code(sv[t * kv + c], vz[j], vs[j], self.qmax),
-                             self.bits)
+        cdef long long G = self.group, gi = layer * self.n_groups + slot
+        quantize_group(&self.kivi, self.stage_k + layer * G * self.kv_dim, self.stage_v + layer * G * self.kv_dim,
+                       self.kcode + gi * G * self.row_bytes, self.vcode + gi * G * self.row_bytes,
+                       self.kscale + gi * self.kv_dim, self.kzero + gi * self.kv_dim, self.vscale + gi * G * self.n_vg,
+                       self.vzero + gi * G * self.n_vg)
 
     cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil:
         """One token leaves the window: into staging (or straight to cold when there is no warm tier)."""

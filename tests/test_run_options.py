@@ -123,6 +123,67 @@ def test_huge_knob_values_are_pyllama_errors_in_python(model, spec, says):
         model.diff("causal", spec, text="Once upon a time")
 
 
+def _direct(spec: str):
+    """The built-in class of ``spec`` constructed directly with the spec's values (no spec parsing)."""
+    import importlib
+
+    from pyllama.attention.registry import BUILTINS
+    from pyllama.attention.spec import split_spec
+
+    name, _, args = split_spec(spec)
+    module, _, cls = BUILTINS[name].partition(":")
+    klass = getattr(importlib.import_module(module), cls)
+    kwargs = {}
+    for i, item in enumerate(a for a in args.split(",") if a):
+        key, eq, value = item.partition("=")
+        if not eq:
+            key, value = klass.knobs[i].name, item
+        kwargs[key] = True if value in ("", "true") and klass.knobs[i].type is bool else int(value)
+    return klass, kwargs
+
+
+DIRECT_BAD = [
+    "sliding:99999999999999999999",
+    "sliding:0",
+    "causal:positions=99999999999999999999",
+    "causal:positions=-1",
+    "sink:sinks=9223372036854775808",
+    "sink:window=0",
+    "lattice:levels=63",
+    "lattice:base=0",
+    "kmeans:clusters=0",
+    "kmeans:seed=18446744073709551616",
+    "tiered:bits=5",
+    "tiered:warm=100",
+    "tiered:group=99999999999999999999",
+]
+
+
+@pytest.mark.parametrize("spec", DIRECT_BAD)
+def test_direct_construction_refuses_what_the_spec_refuses(spec):
+    """Sliding(10**20) is the same one-line PyllamaError as sliding:10**20, not an OverflowError."""
+    from pyllama.attention.registry import create_plugin
+
+    klass, kwargs = _direct(spec)
+    with pytest.raises(PyllamaError) as direct:
+        klass(**kwargs)
+    with pytest.raises(PyllamaError) as via_spec:
+        create_plugin(spec)
+    assert "\n" not in str(direct.value)
+    assert str(direct.value) in str(via_spec.value), (str(direct.value), str(via_spec.value))
+
+
+@pytest.mark.parametrize(
+    "spec", ["causal:positions=99999999999", "sliding:4000000000000", "tiered:positions=99999999999"]
+)
+def test_direct_construction_is_bounded_by_the_machine_at_init(model, spec):
+    from pyllama.engine import Engine
+
+    klass, kwargs = _direct(spec)
+    with pytest.raises(PyllamaError, match="bytes"):
+        Engine(model.config, model.weights, klass(**kwargs), 1)
+
+
 def test_the_memory_error_names_bytes_needed_and_held(model):
     with pytest.raises(PyllamaError) as info:
         model.generate("Once", steps=8, attention="causal:positions=99999999999")

@@ -1,5 +1,10 @@
 """Attention plugins: the base class (the contract), the shared exact routine, knobs and the registry.
 
+The built-ins share their bookkeeping through Cython bases here: ``gather`` (row tables, counters,
+the gathering loops), ``window`` (sinks + window layout, the StreamingLLM shift), ``dense`` (a cache
+of every position), ``quant`` (KIVI quantisation) and ``cluster`` (seeded k-means); ``contract``
+checks a plugin class, ``files`` loads one from a local file, ``registry`` finds them by name.
+
 from pyllama.attention import Attention, Knob, Pool, attend_rows, register
 """
 

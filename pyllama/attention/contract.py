@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import types
+from collections.abc import Callable
 from typing import Any
 
 from pyllama.attention.base import Attention
@@ -63,26 +64,8 @@ def check_plugin_class(cls: Any, label: str, constructor: bool = True) -> None:
         problems = knob.problems()
         if problems:
             fail(problems[0])
-    # the constructor must take every knob by keyword (Cython constructors hide their signature)
-    try:
-        sig = inspect.signature(cls.__init__) if constructor else None
-    except (TypeError, ValueError):
-        sig = None
-    if sig is not None:
-        params = list(sig.parameters.values())[1:]
-        opaque = any(p.kind in (p.VAR_KEYWORD,) for p in params)
-        accepted = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        if not opaque:
-            missing = [n for n in names if n not in accepted]
-            if missing:
-                fail(f"__init__ does not accept the knob {missing[0]!r} as a keyword argument")
-            required = [
-                p.name
-                for p in params
-                if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names
-            ]
-            if required:
-                fail(f"__init__ requires {required[0]!r}, which is not a knob: declare it in `knobs`")
+    if constructor:
+        _check_constructor(cls, names, fail)
     # per-instance fields the engine reads at C level must not be hidden by class attributes
     for klass in cls.__mro__:
         if klass is Attention or klass is object:
@@ -109,6 +92,33 @@ def check_plugin_class(cls: Any, label: str, constructor: bool = True) -> None:
         )
     if not _overrides(cls, "memory_bytes"):
         fail("does not implement memory_bytes() (the ledger: bytes of cache state held right now)")
+    _check_signatures(cls, probe, fail)
+
+
+def _check_constructor(cls: type, names: list[str], fail: Callable[[str], None]) -> None:
+    """The constructor must take every knob by keyword (Cython constructors hide their signature)."""
+    try:
+        sig = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return
+    params = list(sig.parameters.values())[1:]
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    missing = [n for n in names if n not in accepted]
+    if missing:
+        fail(f"__init__ does not accept the knob {missing[0]!r} as a keyword argument")
+    required = [
+        p.name
+        for p in params
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in names
+    ]
+    if required:
+        fail(f"__init__ requires {required[0]!r}, which is not a knob: declare it in `knobs`")
+
+
+def _check_signatures(cls: type, probe: Any, fail: Callable[[str], None]) -> None:
+    """attend, init, reset and memory_bytes take the contract's arguments (when Python can tell)."""
     for meth, n_args in (("attend", 6), ("init", 2), ("reset", 0), ("memory_bytes", 0)):
         fn = getattr(cls, meth)
         try:

@@ -48,3 +48,19 @@ cdef inline void quant_range(const float* x, Py_ssize_t n, Py_ssize_t stride, in
             mx = a
     zero[0] = mn
     scale[0] = (mx - mn) / <float>qmax
+
+
+cdef struct KiviLayout:  # how a warm tier quantises a group of `group` tokens of kv_dim channels each
+    int bits             # 4 or 8
+    int qmax             # 2^bits - 1
+    long long group      # tokens per group: a key scale and zero point per channel over them
+    Py_ssize_t kv_dim, head_dim
+    Py_ssize_t row_bytes  # bytes of one token's codes (kv_dim, or (kv_dim + 1) // 2 packed)
+    int vg, n_vgh, n_vg  # channels per value group (never crossing a head), value groups per head and per token
+
+
+cdef void quantize_group(const KiviLayout* lay, const float* keys, const float* values, uint8_t* kcodes,
+                         uint8_t* vcodes, float* kscale, float* kzero, float* vscale, float* vzero) noexcept nogil
+cdef void dequantize_token(const KiviLayout* lay, const uint8_t* krow, const uint8_t* vrow, const float* kscale,
+                           const float* kzero, const float* vscale, const float* vzero, Py_ssize_t c0,
+                           Py_ssize_t c1, float* key, float* value) noexcept nogil
