@@ -107,7 +107,7 @@ def measure(label: str, qtype: str, path: Path, args: argparse.Namespace) -> dic
             rec = llama_bench(args.llama_bench, path, 0, args.tokens, args.threads)
             best["tg_llama"] = max(best["tg_llama"], rec["avg_ts"])
             row["build"] = build_line(rec)
-        if args.prompt:
+        if args.prompt and qtype.lower() in args.prompt_types.split(","):
             best["pp"] = max(best["pp"], max(_prompt_runs(model, "causal", n_prompt, 1)[0]))
             if args.llama_bench:
                 rec = llama_bench(args.llama_bench, path, n_prompt, 0, args.threads)
@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=128, help="tokens to decode per run (llama-bench -n)")
     ap.add_argument("--repeats", type=int, default=5, help="runs per engine and file (the best counts)")
     ap.add_argument("--prompt", action="store_true", help="also time prompt processing (pp256 / pp512)")
+    ap.add_argument("--prompt-types", default="f32,q8_0", help="the storage types --prompt times")
     ap.add_argument("--stream-limit", action="store_true", help="F32 files: decode as a fraction of the BLAS limit")
     ap.add_argument("--workdir", type=Path, default=default_workdir())
     ap.add_argument(
