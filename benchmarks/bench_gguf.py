@@ -1,16 +1,29 @@
-"""GGUF decode speed, F32 and Q8_0: pyllama next to llama.cpp's ``llama-bench``, in one run.
+"""GGUF speed, pyllama next to llama.cpp's ``llama-bench`` in one run: decode, prompt processing, bandwidth.
 
 Seeded random-weight checkpoints of the tinyllamas shapes (speed does not depend on weight values)
-are written with the shared tool, converted with ``pyllama convert`` to F32 and Q8_0 GGUF files, and
-each file is timed by both engines at the same thread count: llama.cpp's text-generation test
-(``llama-bench -p 0 -n 128``: 128 tokens decoded one at a time from an empty context) and pyllama
-generating 128 tokens after BOS (``Generation.tok_per_s``, timed from the end of the first forward
-pass as run.c does). The two engines take turns, one run each, ``--repeats`` times per file, and
-each reports its best run: on a shared machine the fastest run is the one least disturbed by other
-processes, and taking turns gives both engines the same quiet moments. Results are ratios measured
-in the same run.
+are written with the shared tool and converted with ``pyllama convert`` to F32 and Q8_0 GGUF files;
+with ``--llama-quantize`` the F32 file is also quantised by llama.cpp's own tool to the types of
+``--quant-types`` (Q4_0, Q4_K_M, Q6_K by default), the files people download. ``--gguf FILE`` adds
+any other GGUF (SmolLM2-135M-Instruct.Q4_1.gguf, say). Each file is timed by both engines at the
+same thread count:
 
-    python benchmarks/bench_gguf.py --llama-bench path/to/llama-bench --threads 2
+* decode: llama.cpp's text-generation test (``llama-bench -p 0 -n 128``: 128 tokens decoded one at
+  a time from an empty context) against pyllama generating 128 tokens after BOS
+  (``Generation.tok_per_s``, timed from the end of the first forward pass as run.c does);
+* prompt processing (``--prompt``): ``llama-bench -p N -n 0`` against pyllama's block forward over
+  N seeded random ids from position 0 (``pyllama bench``'s ``prompt_tok_per_s``), N = 256 where the
+  context is 256 (the stories15M shape), 512 otherwise;
+* the streaming limit (``--stream-limit``, F32 files): numpy's OpenBLAS ``W @ x`` over every matrix
+  a token reads, threads pinned (``bench_engine.streaming_limit``), and each engine's decode as a
+  fraction of it.
+
+The two engines take turns, one run each, ``--repeats`` times per file and test, and each reports
+its best run: on a shared machine the fastest run is the one least disturbed by other processes,
+and taking turns gives both engines the same quiet moments. Results are ratios measured in the same
+run.
+
+    python benchmarks/bench_gguf.py --llama-bench PATH/llama-bench --llama-quantize PATH/llama-quantize \\
+        --threads 2 --repeats 5 --prompt --stream-limit --gguf SmolLM2-135M-Instruct.Q4_1.gguf
 
 ``--llama-bench`` takes a llama-bench binary you built from llama.cpp's sources (CPU backend;
 leave AMX off: on CPUs with AMX, llama.cpp's AMX F16 kernel mis-computes rows whose length is not a
@@ -27,13 +40,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-SHAPES = ("stories15M", "stories42M", "stories110M")
-TYPES = ("f32", "q8_0")
+from threadpoolctl import threadpool_limits
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_engine import streaming_limit  # noqa: E402
 from random_checkpoints import SHARED, random_checkpoint  # noqa: E402
 
-from pyllama.checkpoint import load_checkpoint  # noqa: E402
+from pyllama.bench import _prompt_runs  # noqa: E402
 from pyllama.model import Model  # noqa: E402
+
+SHAPES = ("stories15M", "stories42M", "stories110M")
+CONVERTED = ("f32", "q8_0")  # written by pyllama convert
+QUANTIZED = ("q4_0", "q4_k_m", "q6_k")  # written by llama-quantize from the F32 file
 
 
 def default_workdir() -> Path:
@@ -41,26 +60,20 @@ def default_workdir() -> Path:
     return base / "pyllama" / "bench-gguf"
 
 
-def make_gguf(shape: str, qtype: str, workdir: Path, tokenizer: Path) -> Path:
+def make_gguf(shape: str, qtype: str, workdir: Path, tokenizer: Path, quantize: str | None) -> Path | None:
+    """The ``shape`` file stored as ``qtype`` (None when it needs llama-quantize and there is none)."""
     ckpt = random_checkpoint(shape, workdir)
     out = workdir / f"{shape}-random-{qtype}.gguf"
-    if not out.exists() or out.stat().st_mtime < ckpt.stat().st_mtime:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pyllama.cli",
-                "convert",
-                str(ckpt),
-                str(out),
-                "--type",
-                qtype,
-                "-z",
-                str(tokenizer),
-            ],
-            check=True,
-            capture_output=True,
-        )
+    if out.exists() and out.stat().st_mtime >= ckpt.stat().st_mtime:
+        return out
+    if qtype in CONVERTED:
+        cmd = [sys.executable, "-m", "pyllama", "convert", str(ckpt), str(out), "--type", qtype, "-z", str(tokenizer)]
+    elif quantize:
+        f32 = make_gguf(shape, "f32", workdir, tokenizer, quantize)
+        cmd = [quantize, str(f32), str(out), qtype.upper(), "2"]
+    else:
+        return None
+    subprocess.run(cmd, check=True, capture_output=True)
     return out
 
 
@@ -69,21 +82,102 @@ def pyllama_tok_s(model: Model, n_gen: int, threads: int) -> float:
     return model.generate([1], steps=n_gen + 1, temperature=0.0, ignore_eos=True, threads=threads).tok_per_s
 
 
-def llama_bench_tok_s(binary: str, path: Path, n_gen: int, threads: int) -> float:
-    """One run of llama-bench's tg test (it warms up first by itself)."""
-    cmd = [binary, "-m", str(path), "-p", "0", "-n", str(n_gen), "-t", str(threads), "-r", "1", "-o", "json"]
+def llama_bench(binary: str, path: Path, n_prompt: int, n_gen: int, threads: int) -> dict:
+    """One run of a llama-bench test (it warms up first by itself): its JSON record."""
+    cmd = [binary, "-m", str(path), "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads), "-r", "1", "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    (result,) = [r for r in json.loads(proc.stdout) if r.get("n_gen") == n_gen]
-    return max(result["samples_ts"])
+    (result,) = [r for r in json.loads(proc.stdout) if r.get("n_gen") == n_gen and r.get("n_prompt") == n_prompt]
+    return result
+
+
+def build_line(record: dict) -> str:
+    """llama-bench's own closing line, ``build: <commit> (<number>)``."""
+    return f"build: {record.get('build_commit')} ({record.get('build_number')})"
+
+
+def measure(label: str, qtype: str, path: Path, args: argparse.Namespace) -> dict:
+    model = Model.load(path, threads=args.threads)
+    pyllama_tok_s(model, min(args.tokens, 16), args.threads)  # warm-up
+    n_prompt = 256 if model.config.seq_len <= 256 else 512
+    row: dict = {"model": label, "type": qtype.upper(), "mib": path.stat().st_size / 2**20, "n_prompt": n_prompt}
+    best = {"tg": 0.0, "tg_llama": 0.0, "pp": 0.0, "pp_llama": 0.0}
+    for _ in range(args.repeats):  # turns: one run of each engine per round
+        best["tg"] = max(best["tg"], pyllama_tok_s(model, args.tokens, args.threads))
+        if args.llama_bench:
+            rec = llama_bench(args.llama_bench, path, 0, args.tokens, args.threads)
+            best["tg_llama"] = max(best["tg_llama"], rec["avg_ts"])
+            row["build"] = build_line(rec)
+        if args.prompt and qtype.lower() in args.prompt_types.split(","):
+            best["pp"] = max(best["pp"], max(_prompt_runs(model, "causal", n_prompt, 1)[0]))
+            if args.llama_bench:
+                rec = llama_bench(args.llama_bench, path, n_prompt, 0, args.threads)
+                best["pp_llama"] = max(best["pp_llama"], rec["avg_ts"])
+    row.update({k: v or None for k, v in best.items()})
+    if args.stream_limit and qtype == "f32":
+        with threadpool_limits(args.threads):
+            row["stream_limit_tok_s"], row["stream_gb_s"] = streaming_limit(model)
+    print("  " + json.dumps(row), file=sys.stderr, flush=True)
+    return row
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def fmt(x: float | None) -> str:
+    return f"{x:.1f}" if x else "-"
+
+
+def print_tables(rows: list[dict], args: argparse.Namespace) -> None:
+    builds = sorted({r["build"] for r in rows if r.get("build")})
+    print(
+        f"\n{args.threads} threads, best of {args.repeats}, the engines taking turns; llama-bench {', '.join(builds)}"
+    )
+    print(f"\ndecode tok/s ({args.tokens} tokens)\n")
+    print("| model | type | MiB | pyllama tok/s | llama.cpp tok/s | pyllama / llama.cpp |")
+    print("| --- | --- | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(
+            f"| {r['model']} | {r['type']} | {r['mib']:.1f} | {fmt(r['tg'])} | {fmt(r['tg_llama'])} | "
+            f"{ratio(r['tg'], r['tg_llama'])} |"
+        )
+    if args.prompt:
+        print("\nprompt processing tok/s (llama-bench -p N -n 0)\n")
+        print("| model | type | N | pyllama tok/s | llama.cpp tok/s | pyllama / llama.cpp | pyllama prompt / decode |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+        for r in rows:
+            print(
+                f"| {r['model']} | {r['type']} | {r['n_prompt']} | {fmt(r['pp'])} | {fmt(r['pp_llama'])} | "
+                f"{ratio(r['pp'], r['pp_llama'])} | {ratio(r['pp'], r['tg'])} |"
+            )
+    limited = [r for r in rows if r.get("stream_limit_tok_s")]
+    if limited:
+        print("\nF32 decode against the streaming limit (numpy OpenBLAS W @ x over the same matrices)\n")
+        print("| model | limit tok/s | limit GB/s | pyllama of limit | llama.cpp of limit |")
+        print("| --- | ---: | ---: | ---: | ---: |")
+        for r in limited:
+            lim = r["stream_limit_tok_s"]
+            print(
+                f"| {r['model']} | {lim:.1f} | {r['stream_gb_s']:.1f} | {ratio(r['tg'], lim)} | "
+                f"{ratio(r['tg_llama'], lim)} |"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-bench", help="path to llama.cpp's llama-bench binary (CPU build)")
+    ap.add_argument("--llama-quantize", help="path to llama.cpp's llama-quantize (adds the --quant-types files)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--shapes", default=",".join(SHAPES), help=f"comma-separated, from {', '.join(SHAPES)}")
+    ap.add_argument(
+        "--shapes", default=",".join(SHAPES), help=f"comma-separated, from {', '.join(SHAPES)}; '' for none"
+    )
+    ap.add_argument("--types", default=",".join(CONVERTED + QUANTIZED), help="comma-separated storage types")
+    ap.add_argument("--gguf", type=Path, action="append", default=[], help="another GGUF file to time (repeatable)")
     ap.add_argument("--tokens", type=int, default=128, help="tokens to decode per run (llama-bench -n)")
     ap.add_argument("--repeats", type=int, default=5, help="runs per engine and file (the best counts)")
+    ap.add_argument("--prompt", action="store_true", help="also time prompt processing (pp256 / pp512)")
+    ap.add_argument("--prompt-types", default="f32,q8_0", help="the storage types --prompt times")
+    ap.add_argument("--stream-limit", action="store_true", help="F32 files: decode as a fraction of the BLAS limit")
     ap.add_argument("--workdir", type=Path, default=default_workdir())
     ap.add_argument(
         "--tokenizer",
@@ -91,57 +185,23 @@ def main(argv: list[str] | None = None) -> int:
         default=SHARED / "models" / "tokenizer.bin",
         help="the 32,000-token llama2.c tokenizer.bin (the GGUF files need a vocabulary)",
     )
-    ap.add_argument("--json", action="store_true", help="print the results as JSON too")
+    ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     if not args.tokenizer.exists():
         ap.error(f"{args.tokenizer}: not found; pass the llama2.c tokenizer.bin with --tokenizer")
 
-    rows = []
-    for shape in args.shapes.split(","):
-        for qtype in TYPES:
-            path = make_gguf(shape, qtype, args.workdir, args.tokenizer)
-            cfg, weights = load_checkpoint(path)
-            model = Model(cfg, weights, None, str(path), threads=args.threads)
-            pyllama_tok_s(model, min(args.tokens, 16), args.threads)  # warm-up
-            ours, theirs = 0.0, None
-            for _ in range(args.repeats):
-                ours = max(ours, pyllama_tok_s(model, args.tokens, args.threads))
-                if args.llama_bench:
-                    theirs = max(theirs or 0.0, llama_bench_tok_s(args.llama_bench, path, args.tokens, args.threads))
-            rows.append(
-                {
-                    "model": shape,
-                    "type": qtype.upper(),
-                    "mib": path.stat().st_size / 2**20,
-                    "pyllama_tok_s": ours,
-                    "llama_cpp_tok_s": theirs,
-                    "ratio": ours / theirs if theirs else None,
-                }
-            )
-            print(
-                f"  {shape} {qtype}: pyllama {ours:.1f} tok/s" + (f", llama.cpp {theirs:.1f} tok/s" if theirs else ""),
-                file=sys.stderr,
-            )
-
-    print(f"\ndecode tok/s, {args.tokens} tokens, {args.threads} threads, best of {args.repeats}\n")
-    print("| model | type | MiB | pyllama tok/s | llama.cpp tok/s | pyllama / llama.cpp |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        theirs = f"{r['llama_cpp_tok_s']:.1f}" if r["llama_cpp_tok_s"] else "-"
-        ratio = f"{r['ratio']:.2f}" if r["ratio"] else "-"
-        print(f"| {r['model']} | {r['type']} | {r['mib']:.1f} | {r['pyllama_tok_s']:.1f} | {theirs} | {ratio} |")
-    print(
-        "\nQ8_0 / F32 decode speed in pyllama: "
-        + ", ".join(
-            f"{shape} {q['pyllama_tok_s'] / f['pyllama_tok_s']:.2f}x"
-            for shape in args.shapes.split(",")
-            for f in [r for r in rows if r["model"] == shape and r["type"] == "F32"]
-            for q in [r for r in rows if r["model"] == shape and r["type"] == "Q8_0"]
-        )
-    )
+    rows = [measure(*path.stem.rpartition(".")[::2], path, args) for path in args.gguf]  # name.TYPE.gguf
+    for shape in filter(None, args.shapes.split(",")):
+        for qtype in args.types.split(","):
+            path = make_gguf(shape, qtype, args.workdir, args.tokenizer, args.llama_quantize)
+            if path is None:
+                print(f"  {shape} {qtype}: skipped (needs --llama-quantize)", file=sys.stderr)
+                continue
+            rows.append(measure(shape, qtype, path, args))
+    print_tables(rows, args)
     if args.json:
-        print(json.dumps(rows))
+        args.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 

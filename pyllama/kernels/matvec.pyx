@@ -98,10 +98,28 @@ cdef extern from *:
         return total;
     }
 
+    #if PYLLAMA_F32_AVX2
+    /* pyllama_finish_f32 on lanes held as 8 vectors (acc[k] = lanes 8k .. 8k + 7): the same additions
+       in the same order, four or eight at a time. 64 -> 16: lanes 0-7 are (acc0 + acc2) + (acc4 + acc6),
+       lanes 8-15 (acc1 + acc3) + (acc5 + acc7); 16 -> 4: (l[u] + l[u+4]) + (l[u+8] + l[u+12]) is
+       (low + high half of lanes 0-7) + (low + high half of lanes 8-15); then (l0 + l2) + (l1 + l3). */
+    static inline float pyllama_finish_f32_avx2(const __m256* acc, const float* a, const float* b,
+                                                Py_ssize_t n) {
+        const Py_ssize_t n_main = n - n % 16;
+        const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[4], acc[6]));
+        const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[3]), _mm256_add_ps(acc[5], acc[7]));
+        const __m128 s = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)),
+                                    _mm_add_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1)));
+        const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));  /* t0 = l0 + l2, t1 = l1 + l3 */
+        float total = _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+        for (Py_ssize_t j = n_main; j < n; j++) total = total + a[j] * b[j];
+        return total;
+    }
+    #endif
+
     static float pyllama_dot_f32(const float* a, const float* b, Py_ssize_t n) {
         const Py_ssize_t n_wide = n - n % 64, n_main = n - n % 16;
         Py_ssize_t j;
-        float l[64];
     #if PYLLAMA_F32_AVX2
         __m256 acc[8];
         for (int k = 0; k < 8; k++) acc[k] = _mm256_setzero_ps();
@@ -111,49 +129,53 @@ cdef extern from *:
         for (; j < n_main; j += 16)
             for (int k = 0; k < 2; k++)
                 acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8 * k), _mm256_loadu_ps(b + j + 8 * k), acc[k]);
-        for (int k = 0; k < 8; k++) _mm256_storeu_ps(l + 8 * k, acc[k]);
+        return pyllama_finish_f32_avx2(acc, a, b, n);
     #else
+        float l[64];
         for (int u = 0; u < 64; u++) l[u] = 0.0f;
         for (j = 0; j < n_wide; j += 64)
             for (int u = 0; u < 64; u++) l[u] = l[u] + a[j + u] * b[j + u];
         for (; j < n_main; j += 16)
             for (int u = 0; u < 16; u++) l[u] = l[u] + a[j + u] * b[j + u];
-    #endif
         return pyllama_finish_f32(l, a, b, n);
+    #endif
     }
 
     #if PYLLAMA_F32_AVX2
     /* The block tile: R rows of w times P positions of x (R <= 4, P <= 3), every (r, p) with exactly
        pyllama_dot_f32's lanes. The 64 lanes of 12 products do not fit in 16 registers, so the tile
        runs one group of 8 lanes at a time over the whole row (the rows stay in cache): 12
-       accumulators, each loaded weight vector used P times and each x vector R times. The lanes go
-       to lanes[(r * P + p) * 64 ...] for the reduction. */
+       accumulators, each loaded weight vector used P times and each x vector R times (16 ymm registers
+       in all). The lanes go to lanes[(r * P + p) * 64 ...] and are reduced by
+       pyllama_finish_f32_avx2, which a profile showed costing as much as the FMAs when it was scalar. */
+    /* one step of the tile at column j: P x vectors, then each row's w vector times all of them. The
+       empty asm pins each loaded vector in a register: without it gcc folds the load into every FMA
+       that uses it (seen in the generated code: 16 to 24 loads per 12 FMAs instead of 7). */
+    #define PYLLAMA_TILE_STEP(j) {                                                        \
+            __m256 xv[3];                                                                 \
+            for (int p = 0; p < P; p++) {                                                 \
+                xv[p] = _mm256_loadu_ps(xk + p * cols + (j));                             \
+                __asm__("" : "+x"(xv[p]));                                                \
+            }                                                                             \
+            for (int r = 0; r < R; r++) {                                                 \
+                __m256 wv = _mm256_loadu_ps(wk + r * cols + (j));                         \
+                __asm__("" : "+x"(wv));                                                   \
+                for (int p = 0; p < P; p++) acc[r][p] = _mm256_fmadd_ps(wv, xv[p], acc[r][p]); \
+            }                                                                             \
+        }
+
     static inline __attribute__((always_inline)) void pyllama_tile_f32(
             const float* w, const float* x, Py_ssize_t cols, float* lanes, const int R, const int P) {
         const Py_ssize_t n_wide = cols - cols % 64, n_main = cols - cols % 16;
         for (int k = 0; k < 8; k++) {
             __m256 acc[4][3];
-            __m256 wv[4];
             for (int r = 0; r < R; r++)
                 for (int p = 0; p < P; p++) acc[r][p] = _mm256_setzero_ps();
             const float* wk = w + 8 * k;
             const float* xk = x + 8 * k;
-            for (Py_ssize_t j = 0; j < n_wide; j += 64) {
-                for (int r = 0; r < R; r++) wv[r] = _mm256_loadu_ps(wk + r * cols + j);
-                for (int p = 0; p < P; p++) {
-                    const __m256 xv = _mm256_loadu_ps(xk + p * cols + j);
-                    for (int r = 0; r < R; r++) acc[r][p] = _mm256_fmadd_ps(wv[r], xv, acc[r][p]);
-                }
-            }
-            if (k < 2) {
-                for (Py_ssize_t j = n_wide; j < n_main; j += 16) {
-                    for (int r = 0; r < R; r++) wv[r] = _mm256_loadu_ps(wk + r * cols + j);
-                    for (int p = 0; p < P; p++) {
-                        const __m256 xv = _mm256_loadu_ps(xk + p * cols + j);
-                        for (int r = 0; r < R; r++) acc[r][p] = _mm256_fmadd_ps(wv[r], xv, acc[r][p]);
-                    }
-                }
-            }
+            for (Py_ssize_t j = 0; j < n_wide; j += 64) PYLLAMA_TILE_STEP(j)
+            if (k < 2)
+                for (Py_ssize_t j = n_wide; j < n_main; j += 16) PYLLAMA_TILE_STEP(j)
             for (int r = 0; r < R; r++)
                 for (int p = 0; p < P; p++) _mm256_storeu_ps(lanes + (r * P + p) * 64 + 8 * k, acc[r][p]);
         }
@@ -164,7 +186,7 @@ cdef extern from *:
     /* out[p * rows + r] = pyllama_dot_f32(w[r], x[p]) for rows r0 .. r1 - 1 (at most 4) and every position */
     static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos,
                                         Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t r0, Py_ssize_t r1) {
-        float lanes[4 * 3 * 64];
+        float lanes[4 * 3 * 64] __attribute__((aligned(32)));  /* read back as __m256 */
         const int R = (int)(r1 - r0);
         const float* wr = w + r0 * cols;
         for (Py_ssize_t p0 = 0; p0 < n_pos; p0 += 3) {
@@ -182,8 +204,8 @@ cdef extern from *:
             }
             for (int r = 0; r < R; r++)
                 for (int p = 0; p < P; p++)
-                    out[(p0 + p) * rows + r0 + r] = pyllama_finish_f32(lanes + (r * P + p) * 64, wr + r * cols,
-                                                                       xp + p * cols, cols);
+                    out[(p0 + p) * rows + r0 + r] = pyllama_finish_f32_avx2(
+                        (const __m256*)(lanes + (r * P + p) * 64), wr + r * cols, xp + p * cols, cols);
         }
     }
     #else
