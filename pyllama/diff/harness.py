@@ -32,6 +32,7 @@ from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
 from pyllama.diff.probes import Probe, ProbeSource, load_probe
 from pyllama.diff.report import DiffReport, RecallRow, SegmentInfo
+from pyllama.diff.retrieval_scores import diff_rows, greedy_decode, teacher_rank
 from pyllama.engine import Engine
 from pyllama.errors import InputError, PluginError, PyllamaError
 
@@ -128,11 +129,14 @@ def run_diff(
     progress: bool | None = None,
     block: int = BLOCK,
     blocks: bool = True,
+    greedy: bool = True,
 ) -> DiffReport:
     """Teacher-force ``probe`` through plugins ``a`` and ``b`` on ``model``'s weights: a DiffReport.
 
     ``blocks=False`` runs one forward per position instead of blocks of ``block`` positions: the
-    same report (timing aside), slower; for checking the block path."""
+    same report (timing aside), slower; for checking the block path. ``greedy``: on a retrieval
+    probe, decode the greedy answer for real where a side's chain leaves the key (its prompt runs
+    again; see :mod:`pyllama.diff.retrieval_scores`)."""
     t_start = time.perf_counter()
     config = model.config
     block = max(1, min(block, BLOCK_VALUES // config.vocab_size))
@@ -184,6 +188,8 @@ def run_diff(
         "top1_b": np.zeros(total, dtype=np.int32),
         "logp_a": np.zeros(total),
         "logp_b": np.zeros(total),
+        "rank_a": np.zeros(total, dtype=np.int64),
+        "rank_b": np.zeros(total, dtype=np.int64),
         "layer_err": np.zeros((total, L)),
         "mem_a": np.zeros(total, dtype=np.int64),
         "mem_b": np.zeros(total, dtype=np.int64),
@@ -239,6 +245,8 @@ def run_diff(
                 cols["top1_b"][r] = metrics.top1(lb)
                 cols["logp_a"][r] = metrics.teacher_logprob(lpa, nxt)
                 cols["logp_b"][r] = metrics.teacher_logprob(lpb, nxt)
+                cols["rank_a"][r] = teacher_rank(la, nxt)
+                cols["rank_b"][r] = teacher_rank(lb, nxt)
                 cols["layer_err"][r] = metrics.relative_l2(side_a.att[:m], side_b.att[:m])
                 cols["mem_a"][r] = side_a.mem[:m]
                 cols["mem_b"][r] = side_b.mem[:m]
@@ -257,6 +265,13 @@ def run_diff(
             side.engine.set_ledger()
 
     recall = _recall_rows(pr, seg_infos, offsets, cols)
+    decoders = [None, None]
+    if greedy:
+        decoders = [
+            lambda seg, e=side.engine: greedy_decode(e, seg.tokens[: seg.target.prompt], seg.target.length)
+            for side in sides
+        ]
+    retrieval = diff_rows(pr, [s.compared for s in seg_infos], offsets, cols, decoders, model.tokenizer)
     kv_bytes = 2 * config.n_layers * config.kv_dim * 4
     return DiffReport(
         a=label_a,
@@ -267,6 +282,9 @@ def run_diff(
         kv_bytes_per_position=kv_bytes,
         segments=seg_infos,
         recall=recall,
+        retrieval=retrieval,
+        rank_a=cols.pop("rank_a"),
+        rank_b=cols.pop("rank_b"),
         notes=notes,
         seconds=time.perf_counter() - t_start,
         threads=total_threads,
