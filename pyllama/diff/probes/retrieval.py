@@ -208,13 +208,19 @@ def passkey_segment(tokenizer: Tokenizer, length: int, depth: float, seed: int, 
     if base > length:
         raise InputError(f"passkey: the prompt without filler is {base} tokens, more than length={length}")
     per = np.mean([len(tokenizer.encode(" " + s, bos=False, eos=False)) for s in NOISE])
-    total = max(0, int((length - base) / per) + 1)
-    while True:  # the estimate is close; drop sentences until the sequence fits
+
+    def build(total: int) -> list[int]:
         before = int(round(depth * total))
-        ids = _encode(tokenizer, _passkey_text(tokenizer, before, total - before, key, chat), chat)
-        if len(ids) <= length or total == 0:
-            break
-        total -= max(1, int((len(ids) - length) / per))
+        return _encode(tokenizer, _passkey_text(tokenizer, before, total - before, key, chat), chat)
+
+    # the most filler sentences that fit: bisection from an estimate (the sequence grows with them)
+    lo, hi = 0, int((length - base) / per * 1.25) + 2
+    while len(build(hi)) <= length:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if len(build(mid)) <= length else (lo, mid)
+    ids = build(lo)
     offsets = _byte_offsets(tokenizer, ids)
     stream = _stream_bytes(tokenizer, ids)
     kb = key.encode()
