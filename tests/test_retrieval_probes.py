@@ -171,3 +171,28 @@ def test_cli_json_and_csv_carry_the_scores(stories260k, tok512, tmp_path):
     assert data["summary"]["copy_loss_b"] == pytest.approx(row["loss_b"])
     header = out_csv.read_text().splitlines()[0].split(",")
     assert "rank_a" in header and "rank_b" in header
+
+
+def test_a_study_names_retrieval_probes(stories260k, tok512):
+    """A study's probes may be retrieval specs; each cell's row carries the retrieval scores."""
+    from pyllama.sweep import load_study, plan_study
+    from pyllama.sweep.cell import run_cell
+
+    probe = "needle:depths=0/1,lengths=192/256"
+    study = {
+        "models": [str(stories260k)],
+        "tokenizer": str(tok512),
+        "probes": [probe, "copy:span=8,length=128"],
+        "budgets": [40_000],
+        "plugins": [{"name": "sink", "sinks": 4}],
+    }
+    cells = plan_study(load_study(study)).cells
+    assert [c.probe for c in cells] == [probe, "copy:span=8,length=128"]
+    row, _ = run_cell(cells[0])
+    assert row["error"] is None
+    report = Model.load(stories260k, tokenizer=tok512).diff("causal", cells[0].spec, probe=probe)
+    for key in ("retrieval_a", "retrieval_b", "key_logp_a", "key_logp_b"):
+        assert row[key] == report.summary[key]
+    assert row["bytes_last_b"] <= 40_000
+    with pytest.raises(Exception, match="depth 2.0 is outside"):
+        plan_study(load_study(dict(study, probes=["passkey:depth=2"])))
