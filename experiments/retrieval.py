@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", action="append", default=None, help="run only this spec (repeatable)")
     ap.add_argument("--fresh", action="store_true", help="run again even if a saved run exists")
+    ap.add_argument("--saved", action="store_true", help="only assemble the runs already saved (run nothing)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     runs = Path(args.runs) if args.runs else out / "retrieval_runs"
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     entries = []
     for budget, spec, pr in plan:
-        if args.only and spec not in args.only:
+        if (args.only and spec not in args.only) or (args.saved and not _file(runs, spec, pr).is_file()):
             continue
         data = run_one(model, spec, pr, runs, args.threads, args.fresh)
         for note in data["notes"]:
