@@ -70,7 +70,7 @@ def needle_heatmap_figure(results: Any, *, value: str = "p", sides: str = "b", c
         image = ax.imshow(grid, cmap="cividis", norm=norm, aspect="auto", origin="upper")
         ax.set_xticks(range(len(lengths)), [f"{n:,}" for n in lengths], fontsize="small")
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize="small")
-        ax.set_title(label, fontsize="small")
+        ax.set_title(_wrap(label), fontsize="small")
         ax.set_xlabel("tokens in the sequence", fontsize="small")
         ax.set_ylabel("needle depth", fontsize="small")
     for ax in axes[len(plugins) :]:
@@ -107,6 +107,19 @@ def key_distance_figure(results: Any, *, sides: str = "b", context: int | None =
     ax.grid(alpha=0.3, which="both")
     _legend_below(fig, ax, len(plugins))
     return fig
+
+
+def _wrap(spec: str, width: int = 34) -> str:
+    """A long spec on several lines, broken after commas, so neighbouring panel titles never overlap."""
+    lines = [""]
+    for part in spec.split(","):
+        piece = part if not lines[-1] else "," + part
+        if lines[-1] and len(lines[-1]) + len(piece) > width:
+            lines[-1] += ","
+            lines.append(part)
+        else:
+            lines[-1] += piece
+    return "\n".join(lines)
 
 
 def retrieval_plugins(results: Sequence[Any], sides: str = "b") -> list[str]:
