@@ -180,6 +180,7 @@ class Model:
         threads: int | None = None,
         progress: bool | None = None,
         blocks: bool = True,
+        greedy: bool = True,
     ) -> DiffReport:
         """Teacher-force a probe through plugins ``a`` and ``b`` (specs or instances) on these weights.
 
@@ -187,7 +188,10 @@ class Model:
         path, a ``pyllama.diff.Probe`` or token ids; ``text``: a prompt string as the probe instead.
         Returns a ``pyllama.diff.DiffReport`` (per-position numpy arrays, ``.summary``,
         ``.to_pandas()``, ``.plot()``). ``blocks=False`` runs one position at a time instead of
-        blocks of positions: the same report (timing aside), slower.
+        blocks of positions: the same report (timing aside), slower. A retrieval probe
+        (``"passkey:depth=0.5,length=2000"``, ``"needle:..."``, ``"copy:..."``) adds each side's key
+        scores (``report.retrieval``); ``greedy=False`` skips decoding the greedy answer where a
+        side's chain leaves the key (see ``pyllama.diff.retrieval_scores``).
         """
         from pyllama.diff import run_diff
         from pyllama.diff.probes import probe_from_text
@@ -208,6 +212,7 @@ class Model:
             progress=progress,
             blocks=blocks,
             name=str(self.path or "model"),
+            greedy=greedy,
         )
 
     # ---- text --------------------------------------------------------------------------------

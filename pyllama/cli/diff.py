@@ -51,9 +51,13 @@ def _output_figure(ctx: click.Context, param: click.Parameter, value: str | None
     "--probe",
     "probe",
     default=None,
-    metavar="NAME|FILE",
+    metavar="NAME[:OPTIONS]|FILE",
     help="standard (default: short stories, a run to 4x the context, name recall), stories, long, "
-    "recall, or a text file (sequences separated by lines holding only <|endoftext|>).",
+    "recall, or a text file (sequences separated by lines holding only <|endoftext|>). Retrieval "
+    "probes, generated and seeded: passkey[:depth=0.5,length=N,seed=0,digits=5,chat=auto], "
+    "needle[:depths=0/0.25/0.5/0.75/1,lengths=N/M,...] (one passkey per depth x length; "
+    "default lengths 1/4, 1/2 and all of the context), copy[:span=32,length=N,seed=0]; "
+    "length = tokens in the sequence (default half the context).",
 )
 @click.option(
     "--text",
@@ -131,6 +135,13 @@ def diff(
       pyllama diff causal sink:0,64 --probe stories -c stories260K.bin -z tok512.bin
       pyllama diff causal:positions=2048 sink:4,60,shift -c stories260K.bin -z tok512.bin --csv rows.csv
       pyllama diff causal sliding:4096 -c stories260K.bin -z tok512.bin --expect-exact
+      pyllama diff causal sink:4,256 -c SmolLM2-135M-Instruct --probe passkey:depth=0.5,length=1200
+
+    \b
+    On a retrieval probe (passkey, needle, copy) it also prints, per sequence and side, P(key)
+    teacher-forced, the worst rank of the key's tokens, the greedy answer, and whether the plugin
+    retrieves the key (every key token rank 1, the greedy answer holds it); for copy the loss on
+    the second copy.
     """
     from pyllama.diff.probes import Probe, probe_from_text
     from pyllama.model import Model

@@ -32,6 +32,7 @@ from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
 from pyllama.diff.probes import Probe, ProbeSource, load_probe
 from pyllama.diff.report import DiffReport, RecallRow, SegmentInfo
+from pyllama.diff.retrieval_scores import diff_rows, greedy_decode, teacher_rank
 from pyllama.engine import Engine
 from pyllama.errors import InputError, PluginError, PyllamaError
 
@@ -126,13 +127,16 @@ def run_diff(
     block: int = BLOCK,
     blocks: bool = True,
     name: str = "model",
+    greedy: bool = True,
 ) -> DiffReport:
     """Teacher-force ``probe`` through plugins ``a`` and ``b`` on one set of weights: a DiffReport.
 
     ``tokenizer`` turns a probe's text into ids (not needed for token ids); ``threads``: the budget
     of both engines together (default 1); ``name``: the model, for the report. ``blocks=False`` runs
     one forward per position instead of blocks of ``block`` positions: the same report (timing
-    aside), slower; for checking the block path."""
+    aside), slower; for checking the block path. ``greedy``: on a retrieval probe, decode the greedy
+    answer for real where a side's chain leaves the key (its prompt runs again; see
+    :mod:`pyllama.diff.retrieval_scores`)."""
     t_start = time.perf_counter()
     block = max(1, min(block, BLOCK_VALUES // config.vocab_size))
     if isinstance(a, Attention) and a is b:
@@ -174,6 +178,13 @@ def run_diff(
         for side in sides:
             side.engine.set_capture()
             side.engine.set_ledger()
+    decoders = [None, None]
+    if greedy:
+        decoders = [
+            lambda seg, e=side.engine: greedy_decode(e, seg.tokens[: seg.target.prompt], seg.target.length)
+            for side in sides
+        ]
+    retrieval = diff_rows(pr, [s.compared for s in seg_infos], offsets, cols, decoders, tokenizer)
     return DiffReport(
         a=sides[0].label,
         b=sides[1].label,
@@ -183,6 +194,9 @@ def run_diff(
         kv_bytes_per_position=2 * config.n_layers * config.kv_dim * 4,
         segments=seg_infos,
         recall=_recall_rows(pr, seg_infos, offsets, cols),
+        retrieval=retrieval,
+        rank_a=cols.pop("rank_a"),
+        rank_b=cols.pop("rank_b"),
         notes=notes,
         seconds=time.perf_counter() - t_start,
         threads=total_threads,
@@ -230,6 +244,8 @@ def _columns(total: int, n_layers: int) -> dict[str, np.ndarray]:
         "top1_b": np.zeros(total, dtype=np.int32),
         "logp_a": np.zeros(total),
         "logp_b": np.zeros(total),
+        "rank_a": np.zeros(total, dtype=np.int64),
+        "rank_b": np.zeros(total, dtype=np.int64),
         "layer_err": np.zeros((total, n_layers)),
         "mem_a": np.zeros(total, dtype=np.int64),
         "mem_b": np.zeros(total, dtype=np.int64),
@@ -287,6 +303,8 @@ def _compare(cols: dict[str, np.ndarray], r: slice, side_a: _Side, side_b: _Side
     cols["top1_b"][r] = metrics.top1(lb)
     cols["logp_a"][r] = metrics.teacher_logprob(lpa, nxt)
     cols["logp_b"][r] = metrics.teacher_logprob(lpb, nxt)
+    cols["rank_a"][r] = teacher_rank(la, nxt)
+    cols["rank_b"][r] = teacher_rank(lb, nxt)
     cols["layer_err"][r] = metrics.relative_l2(side_a.att[:m], side_b.att[:m])
     cols["mem_a"][r] = side_a.mem[:m]
     cols["mem_b"][r] = side_b.mem[:m]

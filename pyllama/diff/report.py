@@ -21,6 +21,7 @@ from functools import cached_property
 import numpy as np
 
 from pyllama.diff.metrics import perplexity
+from pyllama.diff.retrieval_scores import RetrievalRow, summarize
 
 
 @dataclass
@@ -78,6 +79,10 @@ class DiffReport:
     nonfinite_a: np.ndarray | None = None
     nonfinite_b: np.ndarray | None = None
     recall: list[RecallRow] = field(default_factory=list)
+    # per position: the teacher token's rank under each side (1 = the argmax; 0 = no teacher token)
+    rank_a: np.ndarray | None = None
+    rank_b: np.ndarray | None = None
+    retrieval: list[RetrievalRow] = field(default_factory=list)  # passkey / needle / copy sequences
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     threads: int = 1
@@ -185,6 +190,9 @@ class DiffReport:
         if self.recall:
             s["recall_mean_p_a"] = float(np.mean([r.p_a for r in self.recall if r.mention > 0] or [np.nan]))
             s["recall_mean_p_b"] = float(np.mean([r.p_b for r in self.recall if r.mention > 0] or [np.nan]))
+        if self.retrieval:
+            s.update(summarize(self.retrieval, "a"))
+            s.update(summarize(self.retrieval, "b"))
         return s
 
     def _last_row(self) -> int:
@@ -192,6 +200,10 @@ class DiffReport:
         longest = max(range(len(self.segments)), key=lambda i: self.segments[i].compared)
         rows = np.nonzero(self.segment == longest)[0]
         return int(rows[-1]) if rows.size else self.n_positions - 1
+
+    def _rank(self, side: str) -> np.ndarray:
+        col = self.rank_a if side == "a" else self.rank_b
+        return col if col is not None else np.zeros(self.n_positions, dtype=np.int64)
 
     # ---- export ---------------------------------------------------------------------------------
     def columns(self) -> dict[str, np.ndarray]:
@@ -210,6 +222,8 @@ class DiffReport:
             "logp_a": self.logp_a,
             "logp_b": self.logp_b,
             "dlogp": self.dlogp,
+            "rank_a": self._rank("a"),
+            "rank_b": self._rank("b"),
             "mem_a": self.mem_a,
             "mem_b": self.mem_b,
             "nonfinite_a": self._nonfinite("A"),
@@ -227,6 +241,12 @@ class DiffReport:
             raise ImportError("DiffReport.to_pandas() needs pandas: pip install pandas") from exc
         return pd.DataFrame(self.columns())
 
+    def retrieval_frame(self):
+        """A DataFrame with one row per retrieval sequence (depth, length, distance, each side's scores)."""
+        import pandas as pd
+
+        return pd.DataFrame([r.flat() for r in self.retrieval])
+
     def rows(self) -> list[dict]:
         cols = self.columns()
         keys = list(cols)
@@ -238,6 +258,7 @@ class DiffReport:
             "notes": self.notes,
             "sequences": [vars(s) for s in self.segments],
             "recall": [dict(vars(r), p_a=_jsonable(r.p_a), p_b=_jsonable(r.p_b)) for r in self.recall],
+            "retrieval": [_jsonable(r.flat()) for r in self.retrieval],
             "rows": self.rows(),
         }
 
@@ -327,6 +348,8 @@ class DiffReport:
                 if r.mention == 0:
                     continue
                 out.append(f"{r.segment:<14}{r.name:<8}{r.position:>9}{r.distance:>9}{r.p_a:>11.4f}{r.p_b:>11.4f}")
+        if self.retrieval:
+            out += ["", *retrieval_table(self.retrieval, s)]
         return "\n".join(out)
 
     def __repr__(self) -> str:
@@ -338,6 +361,41 @@ class DiffReport:
             f"max|Δlogit| {_g(s['max_abs_dlogit'])}, mean KL {_g(s['mean_kl'])}, "
             f"top-1 {100 * s['top1_agreement']:.1f}%, ppl B/A {s['ppl_ratio']:.4f})"
         )
+
+
+def retrieval_table(rows: list[RetrievalRow], s: dict) -> list[str]:
+    """The retrieval section of ``table()``: per sequence, each side's P(key), worst key-token rank,
+    greedy answer and verdict (retrieves = every key token rank 1 and the greedy answer holds the key)."""
+    out = [
+        "retrieval: P(key) teacher-forced, the worst rank of its tokens, the greedy answer; "
+        "retrieves = all ranks 1 and the answer holds the key",
+        f"{'sequence':<22}{'key':>8}{'distance':>9}{'P A':>10}{'rank A':>8}{'greedy A':>10}"
+        f"{'P B':>10}{'rank B':>8}{'greedy B':>10}  retrieves A/B",
+    ]
+    for r in rows:
+        cells = []
+        for sc in (r.a, r.b):
+            greedy = "-" if sc.greedy is None else repr(sc.greedy.strip())[:9]
+            cells.append(f"{_g(sc.p):>10}{sc.max_rank:>8}{greedy:>10}")
+        if r.kind == "copy":
+            verdict = f"loss A {r.a.loss:.3f}, B {r.b.loss:.3f} nats/token"
+        else:
+            verdict = f"{'yes' if r.a.retrieves else 'no'}/{'yes' if r.b.retrieves else 'no'}"
+        key = r.key if r.kind == "passkey" else "(span)"
+        out.append(f"{r.segment:<22}{key:>8}{r.distance:>9}{''.join(cells)}  {verdict}")
+    for side in "ab":
+        if f"retrieval_{side}" in s:
+            match = s.get(f"greedy_match_{side}")
+            out.append(
+                f"{side.upper()}: retrieves {100 * s[f'retrieval_{side}']:.0f}% of the keys, mean log P(key) "
+                f"{s[f'key_logp_{side}']:.3g}" + ("" if match is None else f", greedy holds the key {100 * match:.0f}%")
+            )
+        if f"copy_loss_{side}" in s:
+            out.append(
+                f"{side.upper()}: loss on the second copy {s[f'copy_loss_{side}']:.4f} nats/token, "
+                f"rank 1 at {100 * s[f'copy_rank1_{side}']:.0f}% of its tokens"
+            )
+    return out
 
 
 def _p99(kl: np.ndarray) -> float:

@@ -36,8 +36,8 @@ class BudgetSizer:
             plugin = create_plugin(spec)
             engine = Engine(self.model.config, self.model.weights, plugin, self.threads)
             n = min(len(self.tokens), engine.max_positions, self.reference_positions)
-            for pos in range(n):
-                engine.forward(int(self.tokens[pos]), pos)
+            # blocks of positions: the same cache (the same bits) as one forward each, much faster
+            engine.forward_block(np.ascontiguousarray(self.tokens[:n], dtype=np.int32), 0)
             self._bytes[spec] = int(plugin.memory_bytes())
         return self._bytes[spec]
 

@@ -45,6 +45,17 @@ SUMMARY_SCALARS = (
     "bytes_ratio_b",
     "recall_mean_p_a",
     "recall_mean_p_b",
+    # retrieval probes (passkey, needle, copy): see pyllama.diff.retrieval_scores
+    "retrieval_a",
+    "retrieval_b",
+    "key_logp_a",
+    "key_logp_b",
+    "greedy_match_a",
+    "greedy_match_b",
+    "copy_loss_a",
+    "copy_loss_b",
+    "copy_rank1_a",
+    "copy_rank1_b",
 )
 TIMING_COLUMNS = ("seconds", "positions_per_second", "worker", "threads")  # what may differ between two runs
 

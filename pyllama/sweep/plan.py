@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyllama.diff.probes import PROBE_NAMES, Probe, load_probe
+from pyllama.diff.probes import PROBE_NAMES, RETRIEVAL_NAMES, Probe, is_probe_name, load_probe
 from pyllama.errors import PyllamaError
 from pyllama.sweep.budget import BudgetSizer
 from pyllama.sweep.cell import Cell
@@ -91,10 +91,13 @@ def _load_probes(study: Study, models: dict[str, ModelEntry]) -> dict[str, str]:
     """Tokenise every probe for every model; ``{source: what identifies it in a cell key}``."""
     probe_ids = {}
     for i, probe in enumerate(study.probes):
-        source = probe if probe in PROBE_NAMES else study.path(probe)
-        if source not in PROBE_NAMES and not Path(source).is_file():
-            raise study.fail(f"probes[{i}]", f"{probe!r} is neither a probe name ({', '.join(PROBE_NAMES)}) nor a file")
-        probe_ids[source] = probe if source in PROBE_NAMES else "text:" + file_sha256(source)
+        named = is_probe_name(probe) and not Path(study.path(probe)).is_file()
+        source = probe if named else study.path(probe)
+        if not named and not Path(source).is_file():
+            names = ", ".join(PROBE_NAMES + RETRIEVAL_NAMES)
+            raise study.fail(f"probes[{i}]", f"{probe!r} is neither a probe name ({names}) nor a file")
+        # a named probe is generated from its spec (seeded), so the spec identifies it
+        probe_ids[source] = probe if named else "text:" + file_sha256(source)
         for entry in models.values():
             try:
                 entry.probes[source] = load_probe(source, entry.model.tokenizer, entry.model.config.seq_len)

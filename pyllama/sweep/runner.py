@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from pyllama.diff.probes import is_probe_name
 from pyllama.sweep.cell import run_cell
 from pyllama.sweep.cluster import cluster_client, scheduler_address
 from pyllama.sweep.plan import Plan, plan_study
@@ -111,7 +112,7 @@ def dry_run(study: Study | dict | str | os.PathLike, threads_per_cell: int = 1, 
             {
                 "cell": cell.key,
                 "model": os.path.basename(cell.model),
-                "probe": os.path.basename(cell.probe),
+                "probe": cell.probe if is_probe_name(cell.probe) else os.path.basename(cell.probe),
                 "spec": cell.spec,
                 "budget": cell.budget,
                 "positions": cost.positions,

@@ -11,7 +11,9 @@ style of TinyStories) and is tokenised per model, so each sequence fits *that* m
 * ``recall`` — per character, a sequence where the character's name recurs at a growing distance
   from its last mention (8, 16, 24, 32, 48, 64, ... tokens of filler); the harness scores the name's
   probability at each recurrence;
-* ``standard`` — all three.
+* ``standard`` — all three;
+* ``passkey``, ``needle``, ``copy`` — retrieval probes generated in code, seeded, with options
+  (``passkey:depth=0.25,length=2000``): see :mod:`pyllama.diff.probes.retrieval`.
 
 Any text file is a probe too: the whole file is one sequence, or several when they are separated
 by lines holding only ``<|endoftext|>`` (the TinyStories convention).
@@ -28,12 +30,24 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
+from pyllama.diff.probes.retrieval import RETRIEVAL_NAMES, Target, is_retrieval_spec, retrieval_probe
 from pyllama.errors import InputError
 
 if TYPE_CHECKING:
     from pyllama.tokenizer.base import Tokenizer
 
-__all__ = ["Mark", "Probe", "Segment", "load_probe", "probe_from_text", "probe_from_tokens", "PROBE_NAMES"]
+__all__ = [
+    "Mark",
+    "Probe",
+    "Segment",
+    "Target",
+    "is_probe_name",
+    "load_probe",
+    "probe_from_text",
+    "probe_from_tokens",
+    "PROBE_NAMES",
+    "RETRIEVAL_NAMES",
+]
 
 SEPARATOR = "<|endoftext|>"
 LONG_FACTOR = 4  # the long run goes to this many times the context
@@ -59,6 +73,7 @@ class Segment:
     tokens: np.ndarray  # int32, BOS first
     marks: list[Mark] = field(default_factory=list)  # recall: every mention of the name
     note: str = ""  # e.g. "cut at the context (512)"
+    target: Target | None = None  # a retrieval sequence: the scored tokens and the needle
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -260,8 +275,14 @@ def probe_from_tokens(ids: TokenIds, name: str = "tokens") -> Probe:
     return Probe(name, segs)
 
 
+def is_probe_name(text: str) -> bool:
+    """A built-in probe's name, or a retrieval probe's spec string (``needle:lengths=1000/2000``)."""
+    return isinstance(text, str) and (text in PROBE_NAMES or is_retrieval_spec(text))
+
+
 def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) -> Probe:
-    """A Probe from a name (``standard``, ``stories``, ``long``, ``recall``), a text file path, a Probe,
+    """A Probe from a name (``standard``, ``stories``, ``long``, ``recall``), a retrieval spec
+    (``passkey[:options]``, ``needle[:options]``, ``copy[:options]``), a text file path, a Probe,
     or token ids."""
     if isinstance(probe, Probe):
         return probe
@@ -273,8 +294,11 @@ def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) ->
         parts = ("stories", "long", "recall") if probe == "standard" else (probe,)
         return standard_probe(tokenizer, seq_len, parts)
     path = Path(os.fspath(probe))
+    if isinstance(probe, str) and is_retrieval_spec(probe) and not path.is_file():
+        return retrieval_probe(probe, tokenizer, seq_len)
     if not path.is_file():
-        raise InputError(f"unknown probe {str(probe)!r}: expected one of {', '.join(PROBE_NAMES)} or a text file")
+        names = ", ".join(PROBE_NAMES + RETRIEVAL_NAMES)
+        raise InputError(f"unknown probe {str(probe)!r}: expected one of {names} or a text file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

@@ -1,0 +1,302 @@
+"""Scores of the retrieval probes (``passkey``, ``needle``, ``copy``), per plugin.
+
+For each retrieval sequence and each side, from the teacher-forced logits of the rows that predict
+the scored tokens (the key's digits; the second copy but its first token):
+
+* ``logp`` — log P(key) = the sum of the key tokens' teacher-forced log-probabilities (float64
+  log-softmax of the float32 logits, as every diff metric); ``loss`` = their mean NLL;
+* ``ranks`` — each key token's rank among the vocabulary: 1 + the tokens with a larger logit + the
+  tokens with an equal logit and a smaller id, so rank 1 is exactly "greedy decoding picks it"
+  (``argmax`` takes the first maximum);
+* ``greedy`` — the text greedy decoding writes after the prompt, as many tokens as the key has, and
+  ``match``: whether it contains the key. Where every key token is rank 1, the teacher-forced chain
+  *is* the greedy chain (the same tokens at the same positions, and blocks give the bits of one
+  position at a time), so the greedy answer is the key without running anything more. Elsewhere the
+  prompt is run again through the plugin and decoded for real (``greedy=False`` skips that; then
+  ``greedy`` and ``match`` are None where the chain leaves the key);
+* ``retrieves`` — the greedy answer contains the key *and* every key token is rank 1. The second
+  implies the first (see above), so it is ``max(ranks) == 1``, whatever ``greedy`` says.
+
+``score_retrieval`` scores one plugin alone (no reference side): the study runs ``causal`` once per
+sequence and every other plugin once, instead of a diff per plugin that runs ``causal`` again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_label
+from pyllama.attention.registry import create_plugin
+from pyllama.diff import metrics
+from pyllama.diff._block import classify_block
+from pyllama.diff.probes import Probe, ProbeSource, Segment, load_probe
+from pyllama.engine import Engine
+from pyllama.errors import InputError
+
+if TYPE_CHECKING:
+    from pyllama.attention.base import Attention
+    from pyllama.model import Model
+
+__all__ = ["KeyScore", "RetrievalRow", "RetrievalRun", "greedy_decode", "score_retrieval", "teacher_rank"]
+
+BLOCK = 64
+
+
+def teacher_rank(logits: np.ndarray, next_tokens: np.ndarray) -> np.ndarray:
+    """Rank of each row's teacher token in float32 ``logits`` [n, vocab] (1 = the argmax, ties to
+    the smaller id as ``argmax``); 0 where there is no teacher token, vocab where the row is not finite."""
+    n, vocab = logits.shape
+    out = np.zeros(n, dtype=np.int64)
+    ok = np.nonzero(next_tokens >= 0)[0]
+    if ok.size:
+        t = next_tokens[ok]
+        rows = logits[ok]
+        lt = rows[np.arange(ok.size), t][:, None]
+        above = (rows > lt).sum(axis=1)
+        ties = (rows == lt).sum(axis=1)
+        for i in np.nonzero(ties > 1)[0]:  # rare: count only the equal logits of smaller ids
+            above[i] += int((rows[i, : t[i]] == lt[i, 0]).sum())
+        out[ok] = above + 1
+    out[~metrics.finite_rows(logits)] = vocab
+    return out
+
+
+@dataclass
+class KeyScore:
+    """One plugin's scores on one retrieval sequence."""
+
+    logp: float  # log P(key tokens), summed
+    loss: float  # mean NLL of the key tokens (nats per token)
+    ranks: tuple[int, ...]
+    greedy: str | None = None  # what greedy decoding writes after the prompt (as many tokens as the key)
+    match: bool | None = None  # greedy contains the key
+
+    @property
+    def p(self) -> float:
+        return math.exp(self.logp) if math.isfinite(self.logp) else 0.0
+
+    @property
+    def max_rank(self) -> int:
+        return max(self.ranks) if self.ranks else 0
+
+    @property
+    def retrieves(self) -> bool:
+        return bool(self.ranks) and self.max_rank == 1
+
+
+@dataclass
+class RetrievalRow:
+    """A retrieval sequence and the two sides' scores (``b`` is None for a one-plugin run)."""
+
+    segment: str
+    kind: str  # passkey, copy
+    key: str
+    depth: float | None
+    length: int  # tokens in the sequence
+    requested: int
+    needle: int  # first token of the key in the haystack
+    answer: int  # first scored token
+    distance: int
+    a: KeyScore | None
+    b: KeyScore | None = None
+
+    def flat(self) -> dict:
+        """One flat record (JSON, CSV, pandas): the sequence's fields, then each side's with _a / _b."""
+        out = {k: getattr(self, k) for k in ("segment", "kind", "key", "depth", "length", "needle", "answer")}
+        out["distance"] = self.distance
+        for side, score in (("a", self.a), ("b", self.b)):
+            if score is None:
+                continue
+            out.update(
+                {
+                    f"p_{side}": score.p,
+                    f"logp_{side}": score.logp,
+                    f"loss_{side}": score.loss,
+                    f"max_rank_{side}": score.max_rank,
+                    f"ranks_{side}": list(score.ranks),
+                    f"greedy_{side}": score.greedy,
+                    f"match_{side}": score.match,
+                    f"retrieves_{side}": score.retrieves,
+                }
+            )
+        return out
+
+
+def summarize(rows: Sequence[RetrievalRow], side: str) -> dict:
+    """Summary scalars of one side: retrieval rate and mean log P(key) over the passkey rows,
+    greedy exact-match rate, mean loss on the second copy."""
+    scores = [(r.kind, getattr(r, side)) for r in rows if getattr(r, side) is not None]
+    keys = [s for k, s in scores if k == "passkey"]
+    copies = [s for k, s in scores if k == "copy"]
+    out: dict = {}
+    if keys:
+        out[f"retrieval_{side}"] = float(np.mean([s.retrieves for s in keys]))
+        out[f"key_logp_{side}"] = float(np.mean([s.logp for s in keys]))
+        matches = [s.match for s in keys if s.match is not None]
+        out[f"greedy_match_{side}"] = float(np.mean(matches)) if len(matches) == len(keys) else None
+    if copies:
+        out[f"copy_loss_{side}"] = float(np.mean([s.loss for s in copies]))
+        out[f"copy_rank1_{side}"] = float(np.mean([np.mean(np.array(s.ranks) == 1) for s in copies]))
+    return out
+
+
+def key_score(
+    seg: Segment,
+    logp: np.ndarray,
+    ranks: np.ndarray,
+    top1: np.ndarray,
+    decode: Callable[[], list[int]] | None,
+    tokenizer,
+) -> KeyScore:
+    """The scores of the rows predicting ``seg.target``'s tokens (``logp``/``ranks``/``top1`` of those rows)."""
+    t = seg.target
+    key_ids = seg.tokens[t.start : t.start + t.length]
+    lp = float(np.sum(logp))
+    score = KeyScore(lp, -lp / max(1, t.length), tuple(int(r) for r in ranks))
+    if t.kind != "passkey":
+        return score
+    chain = None
+    if np.array_equal(top1, key_ids):
+        chain = key_ids.tolist()  # the teacher-forced chain is the greedy chain
+    elif decode is not None:
+        chain = decode()
+    if chain is not None and tokenizer is not None:
+        score.greedy = tokenizer.decode([int(seg.tokens[t.prompt - 1]), *chain])
+        score.match = t.key in score.greedy
+    return score
+
+
+def greedy_decode(engine: Engine, prompt: np.ndarray, steps: int) -> list[int]:
+    """Reset ``engine``, run ``prompt`` (in blocks) and decode ``steps`` tokens greedily."""
+    engine.reset()
+    logits = engine.forward_block(np.ascontiguousarray(prompt, dtype=np.int32), 0)
+    out: list[int] = []
+    pos = len(prompt)
+    for _ in range(steps):
+        token = int(np.argmax(logits))
+        out.append(token)
+        if len(out) == steps or pos >= engine.max_positions:
+            break
+        logits = engine.forward(token, pos)
+        pos += 1
+    return out
+
+
+@dataclass
+class RetrievalRun:
+    """One plugin's scores over a probe (``score_retrieval``)."""
+
+    spec: str
+    probe: str
+    rows: list[RetrievalRow]
+    memory: list[int]  # memory_bytes() at the last position of each scored sequence
+    seconds: float
+    positions: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def summary(self) -> dict:
+        return {"spec": self.spec, "probe": self.probe, "positions": self.positions, **summarize(self.rows, "a")}
+
+
+def score_retrieval(
+    model: Model,
+    attention: str | Attention | None,
+    probe: ProbeSource,
+    threads: int | None = None,
+    greedy: bool = False,
+    block: int = BLOCK,
+) -> RetrievalRun:
+    """Teacher-force every retrieval sequence of ``probe`` through one plugin and score it.
+
+    The hidden states of the haystack are not classified (only the rows predicting scored tokens
+    are), so a sequence costs one forward of its positions. The scores are those of the same plugin
+    in a diff (the same bits; tested). ``greedy=True`` decodes for real where the chain leaves the key."""
+    t0 = time.perf_counter()
+    config = model.config
+    pr = load_probe(probe, model.tokenizer, config.seq_len)
+    label = plugin_label(attention)
+    plugin = create_plugin(attention)
+    n_threads = max(1, int(threads or getattr(model, "threads", 1) or 1))
+    with plugin_calls(label, "init"):
+        engine = Engine(config, model.weights, plugin, n_threads, max_block=block)
+    hidden = np.zeros((block, config.dim), dtype=np.float32)
+    rows, memory, notes, positions = [], [], [], 0
+    for seg in pr.segments:
+        t = seg.target
+        if t is None:
+            continue
+        if len(seg) > engine.max_positions:
+            notes.append(f"{seg.name}: {len(seg):,} tokens, {label} holds {engine.max_positions:,}: not scored")
+            continue
+        scored = np.arange(t.start - 1, t.start + t.length - 1)  # the rows predicting the scored tokens
+        kept = np.zeros((scored.size, config.dim), dtype=np.float32)
+        engine.set_capture(hidden=hidden, logits=False)
+        engine.reset()
+        try:
+            for c0 in range(0, len(seg), block):
+                c1 = min(len(seg), c0 + block)
+                engine.forward_block(np.ascontiguousarray(seg.tokens[c0:c1]), c0)
+                inside = (scored >= c0) & (scored < c1)
+                kept[inside] = hidden[scored[inside] - c0]
+        finally:
+            engine.set_capture()
+        memory.append(checked_memory_bytes(plugin, label))
+        positions += len(seg)
+        logits = np.zeros((scored.size, config.vocab_size), dtype=np.float32)
+        classify_block(model.weights.classifier, kept, logits, n_threads)
+        nxt = seg.tokens[scored + 1].astype(np.int32)
+        lp = metrics.teacher_logprob(metrics.log_softmax(logits), nxt)
+        ranks = teacher_rank(logits, nxt)
+
+        def decode(seg=seg) -> list[int]:
+            return greedy_decode(engine, seg.tokens[: seg.target.prompt], seg.target.length)
+
+        score = key_score(seg, lp, ranks, metrics.top1(logits), decode if greedy else None, model.tokenizer)
+        rows.append(_row(seg, score))
+    if not rows and not notes:
+        raise InputError(f"probe {pr.name}: no retrieval sequence to score (use passkey, needle or copy)")
+    return RetrievalRun(label, pr.name, rows, memory, time.perf_counter() - t0, positions, notes)
+
+
+def _row(seg: Segment, a: KeyScore | None, b: KeyScore | None = None) -> RetrievalRow:
+    t = seg.target
+    return RetrievalRow(seg.name, t.kind, t.key, t.depth, len(seg), t.requested, t.needle, t.start, t.distance, a, b)
+
+
+def diff_rows(
+    pr: Probe,
+    compared: Sequence[int],
+    offsets: Sequence[int],
+    cols: dict[str, np.ndarray],
+    decoders: Sequence[Callable[[Segment], list[int]] | None],
+    tokenizer,
+) -> list[RetrievalRow]:
+    """The retrieval rows of a diff, from its per-position columns (``logp_*``, ``rank_*``, ``top1_*``)."""
+    out = []
+    for seg, n, off in zip(pr.segments, compared, offsets, strict=True):
+        t = seg.target
+        if t is None or t.start + t.length > n:
+            continue  # not a retrieval sequence, or its answer is past what both plugins hold
+        rows = slice(off + t.start - 1, off + t.start + t.length - 1)
+        scores = []
+        for side, decode in zip("ab", decoders, strict=True):
+            dec = None if decode is None else (lambda seg=seg, decode=decode: decode(seg))
+            scores.append(
+                key_score(
+                    seg,
+                    cols[f"logp_{side}"][rows],
+                    cols[f"rank_{side}"][rows],
+                    cols[f"top1_{side}"][rows],
+                    dec,
+                    tokenizer,
+                )
+            )
+        out.append(_row(seg, *scores))
+    return out
