@@ -30,6 +30,7 @@ from pyllama.kernels.elementwise cimport rmsnorm, swiglu, add_inplace
 from pyllama.kernels.finite cimport all_finite
 from pyllama.kernels.matvec cimport matrix_of, matvec, matmul, embedding_row, quant_scratch
 from pyllama.kernels.rope cimport rope_spec_of, rope_row, rope_apply
+from pyllama.kernels.threads cimport DecodeTeam, decode_start, token_start, token_end, decode_finish
 from pyllama.sampler cimport Sampler
 
 # Positions whose RoPE rows are precomputed; later positions (plugins that run past the context)
@@ -66,6 +67,20 @@ cdef int nonfinite_stage_of(const float* q, const float* k, const float* v, cons
     if not all_finite(wo_out, dim):
         return NONFINITE_WO
     return NONFINITE_FFN
+
+
+cdef int decode_forward(Engine engine, DecodeTeam* team, int token, long long pos, bint fast) except -1:
+    # one decode step on the team the controller picked; the cap is lifted even if forward_c raises
+    token_start(team)
+    try:
+        if fast:
+            with nogil:
+                engine.forward_c(token, pos)
+        else:
+            engine.forward_c(token, pos)
+    finally:
+        token_end(team)
+    return 0
 
 
 cdef class Engine:
@@ -644,14 +659,12 @@ cdef class Engine:
             else:
                 self.forward_block_c(&prompt[c], min(self.max_block, n_pre - c), c, NULL)
         cdef double prompt_seconds = now_seconds() - start
+        cdef DecodeTeam team  # picks 1 or n threads per token from their timings (kernels/threads.pyx)
+        decode_start(&team, self.n_threads)
         start = now_seconds()
         while pos < steps:
             if pos >= n_pre:
-                if fast:
-                    with nogil:
-                        self.forward_c(token, pos)
-                else:
-                    self.forward_c(token, pos)
+                decode_forward(self, &team, token, pos, fast)
             if pos >= n_pre - 1 and (self.nonfinite_layer >= 0 or not all_finite(self.logits, self.vocab_size)):
                 raise NonFiniteError.at(self.nonfinite_position if self.nonfinite_layer >= 0 else pos,
                                         self.nonfinite_layer, self.nonfinite_stage, self.n_layers,
@@ -674,4 +687,5 @@ cdef class Engine:
                 on_token(next_token)
             token = next_token
         cdef double elapsed = now_seconds() - start
+        decode_finish(&team)
         return n_out, stop_token, elapsed, pos, prompt_seconds
