@@ -660,7 +660,7 @@ cdef class Engine:
                 self.forward_block_c(&prompt[c], min(self.max_block, n_pre - c), c, NULL)
         cdef double prompt_seconds = now_seconds() - start
         cdef DecodeTeam team  # picks 1 or n threads per token from their timings (kernels/threads.pyx)
-        decode_start(&team, self.n_threads)
+        decode_start(&team, self.n_threads, self.cls.data)
         start = now_seconds()
         while pos < steps:
             if pos >= n_pre:

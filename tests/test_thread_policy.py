@@ -211,3 +211,20 @@ def test_the_environment_sets_the_policy():
     code = "from pyllama.kernels.threads import decode_policy; print(decode_policy())"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "fixed"
+
+
+def test_a_probe_onto_a_stalled_team_stops_after_one_token():
+    # heavy load: a team token waits 200 ms for a descheduled worker, against 9 ms on one thread
+    stats, s1, _ = _sim(np.full(256, 9e-3), np.full(256, 0.2))
+    assert stats["settled"] == 1 and stats["tokens_n"] == 1 and stats["probes"] == 1
+    assert stats["seconds"] <= s1.sum() + 0.2
+
+
+def test_the_next_decode_of_the_same_model_starts_from_the_choice():
+    one, stalled = [9e-3] * 256, [0.2] * 256
+    first = simulate_decode(2, one, stalled, key=0x1000, start=100.0)
+    again = simulate_decode(2, one, stalled, key=0x1000, start=100.0 + first["seconds"] + 0.5)
+    other = simulate_decode(2, one, stalled, key=0x2000, start=100.0 + first["seconds"] + 0.5)
+    later = simulate_decode(2, one, stalled, key=0x1000, start=200.0)  # too long ago: probes afresh
+    assert first["tokens_n"] == 1 and again["tokens_n"] == 0 and again["probes"] == 0
+    assert other["tokens_n"] == 1 and later["tokens_n"] == 1

@@ -53,14 +53,29 @@ DEF MIN_GAP = 0.05        # seconds from a change of team to the next probe
 DEF MAX_GAP = 1.0         # the doubling stops here (the budget rule may ask for more)
 DEF PROBE_BUDGET = 0.005  # a probe's expected loss, over the gap before it, is at most this
 DEF UNTIMED_BELOW = 2e-3  # tokens shorter than this: the first one after a change of team is not timed
+DEF WARM_UP = 1e-4        # what that untimed first token may cost on top (a wake-up, a cache refill)
+DEF MEMORY_SECONDS = 10.0 # a decode starts from the choice of the last one of the same key this recent
+DEF MEMORY_SLOTS = 4      # keys remembered per thread
 
 cdef extern from *:
     """
-    /* The team cap of the decode controller, per calling thread: 0 = none. A thread-local, so two
-       engines generating in two Python threads each keep their own choice. */
+    /* Per calling thread (thread-locals, so two engines generating in two Python threads each keep
+       their own): the decode controller's team cap (0 = none), and the last choice per key. */
     static __thread int pyllama_team_cap = 0;
+    typedef struct { const void* key; int n_threads; int settled;
+                     double other_mean, gap, next_probe, used; } pyllama_team_memory;
+    static __thread pyllama_team_memory pyllama_memory[4];  /* MEMORY_SLOTS */
     """
     int team_cap "pyllama_team_cap"
+    ctypedef struct TeamMemory "pyllama_team_memory":
+        const void* key
+        int n_threads
+        int settled
+        double other_mean
+        double gap
+        double next_probe
+        double used
+    TeamMemory team_memory "pyllama_memory"[4]
 
 _POLICIES = {"fixed": POLICY_FIXED, "adaptive": POLICY_ADAPTIVE, "alternate": POLICY_ALTERNATE}
 _POLICY_NAMES = {v: k for k, v in _POLICIES.items()}
@@ -130,20 +145,28 @@ cdef double _now() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
-cdef void decode_start(DecodeTeam* t, int n_threads) noexcept nogil:
-    """Start a decode for ``n_threads`` (the caller's count). The adaptive policy starts on one thread
-    and probes the team as soon as SETTLED_TOKENS tokens are timed: a token on one thread costs at
-    most (n - 1) / n of a token more than on the team when the machine is idle, while a token on a
-    team whose worker is descheduled can cost many tokens' time."""
+cdef void decode_start(DecodeTeam* t, int n_threads, const void* key) noexcept nogil:
+    _decode_start(t, n_threads, key, _now())
+
+
+cdef void _decode_start(DecodeTeam* t, int n_threads, const void* key, double now) noexcept nogil:
+    """Start a decode for ``n_threads`` (the caller's count). The adaptive policy starts where the last
+    decode of ``key`` in this thread settled, if it ended less than MEMORY_SECONDS ago; else on one
+    thread, probing the team as soon as SETTLED_TOKENS tokens are timed: a token on one thread costs
+    at most (n - 1) / n of a token more than on the team when the machine is idle, while a token on
+    a team whose worker is descheduled can cost many tokens' time."""
+    cdef TeamMemory* m
+    t.key = key
     t.n_threads = n_threads if n_threads > 1 else 1
     t.mode = _policy
     t.settled = 1 if t.mode == POLICY_ADAPTIVE else t.n_threads
-    t.team = t.settled
     t.probing = False
-    t.untimed = False  # the prompt's blocks ran on this team just before: it is warm
+    t.untimed = False  # the prompt's blocks ran on the team just before: it is warm
     t.probe_n = 0
+    t.probe_tokens = 0
     t.since_decision = 0
     t.probe_sum = 0.0
+    t.probe_cost = 0.0
     t.settled_mean = 0.0
     t.other_mean = 0.0
     t.started = 0.0
@@ -153,6 +176,23 @@ cdef void decode_start(DecodeTeam* t, int n_threads) noexcept nogil:
     t.tokens_n = 0
     t.probes = 0
     t.switches = 0
+    m = _remembered(key, t.n_threads)
+    if t.mode == POLICY_ADAPTIVE and m != NULL and now - m.used < MEMORY_SECONDS:
+        t.settled = m.settled
+        t.other_mean = m.other_mean
+        t.gap = m.gap
+        t.next_probe = m.next_probe
+    t.team = t.settled
+
+
+cdef TeamMemory* _remembered(const void* key, int n_threads) noexcept nogil:
+    cdef int i
+    if key == NULL:
+        return NULL
+    for i in range(MEMORY_SLOTS):
+        if team_memory[i].key == key and team_memory[i].n_threads == n_threads:
+            return &team_memory[i]
+    return NULL
 
 
 cdef void token_start(DecodeTeam* t) noexcept nogil:
@@ -180,16 +220,12 @@ cdef void _token_done(DecodeTeam* t, double seconds, double now) noexcept nogil:
         t.team = t.n_threads if t.team == 1 else 1
         t.switches += 1
         return
-    if t.untimed:
-        t.untimed = False
-    elif t.probing:
+    if t.probing:
         _probe_step(t, seconds, now)
+    elif t.untimed:
+        t.untimed = False
     else:
         _settled_step(t, seconds, now)
-
-
-cdef inline int _other(DecodeTeam* t) noexcept nogil:
-    return 1 if t.settled > 1 else t.n_threads
 
 
 cdef void _settled_step(DecodeTeam* t, double seconds, double now) noexcept nogil:
@@ -202,35 +238,51 @@ cdef void _settled_step(DecodeTeam* t, double seconds, double now) noexcept nogi
         return
     if now >= t.next_probe or (t.other_mean > 0.0 and t.settled_mean > (1.0 + TRIGGER) * t.other_mean):
         t.probing = True
-        t.team = _other(t)
+        t.team = 1 if t.settled > 1 else t.n_threads
         t.probe_n = 0
+        t.probe_tokens = 0
         t.probe_sum = 0.0
+        t.probe_cost = 0.0
         t.untimed = t.settled_mean < UNTIMED_BELOW
         t.probes += 1
 
 
 cdef void _probe_step(DecodeTeam* t, double seconds, double now) noexcept nogil:
-    cdef double mean, loss
+    # the probe wins if its timed tokens sum to less than this; once they cannot, it stops at once,
+    # so a probe onto a stalled team costs one token, not PROBE_TOKENS
+    cdef double bound = PROBE_TOKENS * t.settled_mean * (1.0 - MARGIN)
+    t.probe_cost += seconds
+    t.probe_tokens += 1
+    if t.untimed:  # the warm-up token: a wake-up and a cache refill are allowed for
+        t.untimed = False
+        if seconds - WARM_UP > bound:
+            _probe_end(t, now, False)
+        return
     t.probe_sum += seconds
     t.probe_n += 1
-    if t.probe_n < PROBE_TOKENS:
-        return
-    mean = t.probe_sum / t.probe_n
+    if t.probe_sum >= bound:
+        _probe_end(t, now, False)
+    elif t.probe_n == PROBE_TOKENS:
+        _probe_end(t, now, True)
+
+
+cdef void _probe_end(DecodeTeam* t, double now, bint won) noexcept nogil:
+    cdef double loss
+    cdef int per_probe = PROBE_TOKENS + (1 if t.settled_mean < UNTIMED_BELOW else 0)
     t.probing = False
-    # what the next probe will lose if the two times hold (the untimed token counts too): the gap
-    # is at least that over PROBE_BUDGET
-    loss = (mean - t.settled_mean if mean > t.settled_mean else t.settled_mean - mean) * (
-        PROBE_TOKENS + (1 if mean < UNTIMED_BELOW else 0))
-    if mean < t.settled_mean * (1.0 - MARGIN):
-        # the probed team is faster now: settle there (it is warm, the next token is timed)
+    if won:
+        # the probed team is faster now: settle there (it is warm, the next token is timed). The next
+        # probe, of the old team, will lose about this:
+        loss = (t.settled_mean - t.probe_sum / t.probe_n) * per_probe
         t.settled = t.team
         t.other_mean = t.settled_mean
-        t.settled_mean = mean
+        t.settled_mean = t.probe_sum / t.probe_n
         t.gap = MIN_GAP
         t.switches += 1
     else:
-        # the settled team wins: back to it, probing later
-        t.other_mean = mean
+        # the settled team wins: back to it, probing later; this probe lost this much
+        loss = t.probe_cost - t.settled_mean * t.probe_tokens
+        t.other_mean = t.probe_cost / t.probe_tokens
         t.gap = min(2.0 * t.gap, MAX_GAP)
         t.team = t.settled
         t.untimed = t.settled_mean < UNTIMED_BELOW
@@ -241,10 +293,32 @@ cdef void _probe_step(DecodeTeam* t, double seconds, double now) noexcept nogil:
 
 
 cdef void decode_finish(DecodeTeam* t) noexcept nogil:
-    """The decode is over: no cap is left behind; decode_stats() reports this one."""
+    _decode_finish(t, _now())
+
+
+cdef void _decode_finish(DecodeTeam* t, double now) noexcept nogil:
+    """The decode is over: no cap is left behind; the choice is remembered for the next decode of the
+    same key (in the slot of that key, else the least recently used one); decode_stats() reports it."""
     global team_cap, _last
+    cdef TeamMemory* m
+    cdef int i
     team_cap = 0
     _last = t[0]
+    if t.mode != POLICY_ADAPTIVE or t.key == NULL or t.n_threads < 2:
+        return
+    m = _remembered(t.key, t.n_threads)
+    if m == NULL:
+        m = &team_memory[0]
+        for i in range(1, MEMORY_SLOTS):
+            if team_memory[i].used < m.used:
+                m = &team_memory[i]
+    m.key = t.key
+    m.n_threads = t.n_threads
+    m.settled = t.settled
+    m.other_mean = t.other_mean
+    m.gap = t.gap
+    m.next_probe = t.next_probe
+    m.used = now
 
 
 def team_for(int n_threads, long long work) -> int:
@@ -252,23 +326,26 @@ def team_for(int n_threads, long long work) -> int:
     return team_size(n_threads, work)
 
 
-def simulate_decode(int n_threads, seconds_1, seconds_n, str policy="adaptive") -> dict:
-    """Run the controller on a simulated clock: token i takes ``seconds_1[i]`` on one thread and
-    ``seconds_n[i]`` on the team. Returns ``decode_stats()``'s fields and ``seconds``, the total
-    time, so a test can compare it with always-1, always-n and the best per token."""
+def simulate_decode(int n_threads, seconds_1, seconds_n, str policy="adaptive", size_t key=0,
+                    double start=0.0) -> dict:
+    """Run the controller on a simulated clock from ``start``: token i takes ``seconds_1[i]`` on one
+    thread and ``seconds_n[i]`` on the team. ``key`` (0: none) is remembered as a decode's is.
+    Returns ``decode_stats()``'s fields and ``seconds``, the total time, so a test can compare it
+    with always-1, always-n and the best per token."""
     cdef DecodeTeam t
-    cdef double now = 0.0, seconds
+    cdef double now = start, seconds
     cdef Py_ssize_t i
     if len(seconds_1) != len(seconds_n):
         raise ValueError("simulate_decode: seconds_1 and seconds_n need one time per token each")
     previous = set_decode_policy(policy)
     try:
-        decode_start(&t, n_threads)
+        _decode_start(&t, n_threads, <const void*>key, now)
     finally:
         set_decode_policy(previous)
     for i in range(len(seconds_1)):
         seconds = seconds_1[i] if t.team == 1 else seconds_n[i]
         now += seconds
         _token_done(&t, seconds, now)
+    _decode_finish(&t, now)
     return {"settled": t.settled, "tokens_1": t.tokens_1, "tokens_n": t.tokens_n, "probes": t.probes,
-            "switches": t.switches, "seconds": now}
+            "switches": t.switches, "seconds": now - start}
