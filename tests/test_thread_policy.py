@@ -44,8 +44,9 @@ def _decode_logits(engine, steps: int, seed: int) -> tuple[list[np.ndarray], lis
     """Every position's logits (copied in on_token) and the sampled ids of one generation."""
     logits: list[np.ndarray] = []
     out = np.zeros(steps, dtype=np.int32)
-    n, *_ = engine.generate_into(PROMPT, steps, Sampler(512, 1.0, 0.9, seed), out, lambda t: logits.append(
-        np.array(engine.logits_view)))
+    n, *_ = engine.generate_into(
+        PROMPT, steps, Sampler(512, 1.0, 0.9, seed), out, lambda t: logits.append(np.array(engine.logits_view))
+    )
     return logits, out[:n].tolist()
 
 
@@ -62,7 +63,7 @@ def test_the_controller_never_changes_a_logit(stories260k, tok512, parallel_alwa
         assert stats["tokens_1"] > 50 and stats["tokens_n"] > 50 and stats["switches"] > 100
     assert got_ids == want_ids
     assert len(got_logits) == len(want_logits)
-    for got, want in zip(got_logits, want_logits):
+    for got, want in zip(got_logits, want_logits, strict=True):
         assert np.array_equal(got, want)  # bit for bit, not close
 
 

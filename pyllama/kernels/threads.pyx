@@ -16,8 +16,11 @@ busy loop on the other core, the team waits at every barrier for a worker that t
 descheduled, and two threads run at 0.5-0.7x of one. So the decode loop times its own tokens and
 runs on the team that is faster now. It runs on its settled team, and now and then it probes the
 other one for a few tokens; when the other is at least ``MARGIN`` faster it settles there. A probe
-that loses costs time, so the gap to the next one doubles each time the settled team wins, and is
-at least the probe's measured loss divided by ``PROBE_BUDGET`` (probing costs about half a percent).
+stops as soon as it can no longer win (a token on a stalled team can cost a hundred tokens' time on
+one thread under heavy load). A probe that loses costs time, so the gap to the next one doubles each
+time the settled team wins, and is at least the probe's measured loss divided by ``PROBE_BUDGET``
+(probing costs about half a percent). The next decode of the same model (``key``) in the same thread,
+within ``MEMORY_SECONDS``, starts from the last choice instead of probing afresh.
 When the settled team becomes ``TRIGGER`` slower than the other team was when last measured (load
 arriving), the next probe starts at once. The first token
 after a change of team is not timed when tokens are short (a sleeping worker wakes, its cache
@@ -54,7 +57,7 @@ DEF MAX_GAP = 1.0         # the doubling stops here (the budget rule may ask for
 DEF PROBE_BUDGET = 0.005  # a probe's expected loss, over the gap before it, is at most this
 DEF UNTIMED_BELOW = 2e-3  # tokens shorter than this: the first one after a change of team is not timed
 DEF WARM_UP = 1e-4        # what that untimed first token may cost on top (a wake-up, a cache refill)
-DEF MEMORY_SECONDS = 10.0 # a decode starts from the choice of the last one of the same key this recent
+DEF MEMORY_SECONDS = 10.0  # a decode starts from the choice of the last one of the same key this recent
 DEF MEMORY_SLOTS = 4      # keys remembered per thread
 
 cdef extern from *:
