@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -122,6 +124,7 @@ def main() -> None:
     ap.add_argument("--phases", default="idle,loaded", help="idle, loaded or both")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a killed run still kills its busy loop
     args.workdir.mkdir(parents=True, exist_ok=True)
     phases = {"idle": None, "loaded": args.busy_cpu}
     results: dict = {}
