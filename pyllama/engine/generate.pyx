@@ -17,6 +17,7 @@ from pyllama.engine.block cimport forward_block
 from pyllama.engine.forward cimport forward
 from pyllama.engine.state cimport Transformer
 from pyllama.kernels.finite cimport all_finite
+from pyllama.kernels.threads cimport DecodeTeam, decode_start, token_start, token_end, decode_finish
 from pyllama.sampler cimport Sampler
 
 
@@ -51,19 +52,42 @@ cdef int run_prompt(Transformer* t, Attention attention, const TokenLoop* loop, 
     return 0
 
 
+cdef int decode_forward(Transformer* t, Attention attention, DecodeTeam* team, int token, long long pos,
+                        bint fast) except -1:
+    # one decode step on the team the controller picked; the cap is lifted even if forward raises
+    token_start(team)
+    try:
+        if fast:
+            with nogil:
+                forward(t, attention, token, pos)
+        else:
+            forward(t, attention, token, pos)
+    finally:
+        token_end(team)
+    return 0
+
+
 cdef int decode(Transformer* t, Attention attention, Sampler sampler, TokenLoop* loop, object on_token,
                 bint fast) except -1:
     """The token loop: position by position until ``steps`` or a stop id."""
+    cdef DecodeTeam team  # picks 1 or n threads per token from their timings (kernels/threads.pyx)
+    decode_start(&team, t.n_threads, t.weights.cls.data)
+    try:
+        decode_steps(t, attention, sampler, loop, on_token, fast, &team)
+    finally:
+        decode_finish(&team)
+    return 0
+
+
+cdef int decode_steps(Transformer* t, Attention attention, Sampler sampler, TokenLoop* loop, object on_token,
+                      bint fast, DecodeTeam* team) except -1:
+    """decode's loop, on the team that ``team`` picks per token."""
     cdef int token = loop.prompt[0]
     cdef int next_token
     cdef Py_ssize_t i
     while loop.pos < loop.steps:
         if loop.pos >= loop.n_known:
-            if fast:
-                with nogil:
-                    forward(t, attention, token, loop.pos)
-            else:
-                forward(t, attention, token, loop.pos)
+            decode_forward(t, attention, team, token, loop.pos, fast)
         if loop.pos >= loop.n_known - 1 and (
                 t.state.nonfinite_layer >= 0 or not all_finite(t.state.logits, t.config.vocab_size)):
             raise NonFiniteError.at(t.state.nonfinite_position if t.state.nonfinite_layer >= 0 else loop.pos,

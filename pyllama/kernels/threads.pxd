@@ -1,3 +1,37 @@
 # Every thread decision of the kernels and plugins goes through team_size (see threads.pyx).
 
 cdef int team_size(int n_threads, long long work) noexcept nogil
+
+
+# The decode-loop controller (threads.pyx "Decode under load"): one per generation, on the caller's
+# stack; the engine calls decode_start once, token_start / token_end around each decode forward and
+# decode_finish at the end. It only picks the team size, so it never changes a bit.
+cdef struct DecodeTeam:
+    const void* key        # what runs (decode_start)
+    int n_threads          # the caller's team; the other choice is one thread
+    int mode               # POLICY_FIXED / POLICY_ADAPTIVE / POLICY_ALTERNATE when decode started
+    int settled            # the team decode runs on between probes
+    int team               # the team of the token being run
+    bint probing           # the token runs on the other team, to time it
+    bint untimed           # the next token is not timed (the first after a change of team)
+    int probe_n            # tokens timed in the current probe
+    int probe_tokens       # tokens run in the current probe, its warm-up included
+    int since_decision     # tokens timed on the settled team since the last decision
+    double probe_sum       # seconds of the current probe's timed tokens
+    double probe_cost      # seconds of all the current probe's tokens
+    double settled_mean    # running mean of the settled team's seconds per token
+    double other_mean      # the other team's seconds per token when last measured
+    double started         # monotonic seconds at token_start
+    double next_probe      # monotonic seconds at which the next probe may start
+    double gap             # seconds between probes (doubles while the settled team keeps winning)
+    long long tokens_1     # decode tokens run on one thread
+    long long tokens_n     # decode tokens run on n_threads
+    long long probes
+    long long switches     # changes of the settled team
+
+# key: what the decode runs (the engine passes its classifier's weights): a decode of the same key soon
+# after starts from the team the last one settled on, without probing afresh
+cdef void decode_start(DecodeTeam* t, int n_threads, const void* key) noexcept nogil
+cdef void token_start(DecodeTeam* t) noexcept nogil
+cdef void token_end(DecodeTeam* t) noexcept nogil
+cdef void decode_finish(DecodeTeam* t) noexcept nogil

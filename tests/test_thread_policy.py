@@ -1,0 +1,231 @@
+"""The thread policy (pyllama/kernels/threads.pyx): the serial threshold and the decode controller.
+
+The controller picks 1 or n threads per decode token from measured token times. It must never change
+a bit (every logit equal to a fixed 1-thread run while it switches, with ``parallel_always`` forcing
+real parallel regions), its cap must reach every thread decision and never outlive the token, and its
+choices, driven on a simulated clock, must come within a few percent of the better team per token.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pyllama.attention.base import Attention
+from pyllama.kernels.threads import (
+    decode_policy,
+    decode_stats,
+    serial_below,
+    set_decode_policy,
+    simulate_decode,
+    team_for,
+)
+from pyllama.model import Model
+from pyllama.plugins.causal import Causal
+from pyllama.sampler import Sampler
+
+PROMPT = np.array([1, 403, 407], dtype=np.int32)
+BIG = 1 << 40  # more work than any threshold: team_for then shows the cap alone
+
+
+@pytest.fixture
+def policy():
+    """Set the decode policy for one test; the previous one comes back afterwards."""
+    previous = decode_policy()
+    yield set_decode_policy
+    set_decode_policy(previous)
+
+
+def _decode_logits(engine, steps: int, seed: int) -> tuple[list[np.ndarray], list[int]]:
+    """Every position's logits (copied in on_token) and the sampled ids of one generation."""
+    logits: list[np.ndarray] = []
+    out = np.zeros(steps, dtype=np.int32)
+    n, *_ = engine.generate_into(
+        PROMPT, steps, Sampler(512, 1.0, 0.9, seed), out, lambda t: logits.append(np.array(engine.logits_view))
+    )
+    return logits, out[:n].tolist()
+
+
+@pytest.mark.parametrize("name", ["alternate", "adaptive"])
+def test_the_controller_never_changes_a_logit(stories260k, tok512, parallel_always, policy, name):
+    model = Model.load(stories260k, tokenizer=tok512, threads=2)
+    policy("fixed")
+    want_logits, want_ids = _decode_logits(model.engine("causal", threads=1), 120, seed=5)
+    policy(name)
+    got_logits, got_ids = _decode_logits(model.engine("causal", threads=2), 120, seed=5)
+    stats = decode_stats()
+    assert stats["policy"] == name and stats["threads"] == 2
+    if name == "alternate":  # both teams really ran, in turn
+        assert stats["tokens_1"] > 50 and stats["tokens_n"] > 50 and stats["switches"] > 100
+    assert got_ids == want_ids
+    assert len(got_logits) == len(want_logits)
+    for got, want in zip(got_logits, want_logits, strict=True):
+        assert np.array_equal(got, want)  # bit for bit, not close
+
+
+def test_the_fast_path_samples_the_same_ids_while_teams_alternate(stories260k, tok512, parallel_always, policy):
+    # no callback and a native plugin: the loop runs without the GIL, as in generate and bench
+    model = Model.load(stories260k, tokenizer=tok512, threads=2)
+    runs = {}
+    for name, threads in (("fixed", 1), ("alternate", 2)):
+        policy(name)
+        runs[name] = model.generate([1], steps=200, temperature=1.0, seed=11, threads=threads, ignore_eos=True).ids
+    assert decode_stats()["tokens_1"] > 0 and decode_stats()["tokens_n"] > 0
+    assert runs["alternate"] == runs["fixed"]
+
+
+class TeamRecorder(Attention):
+    """Exact causal attention that records, at layer 0, the team a parallel loop would get now."""
+
+    def __init__(self, fail_at: int = -1) -> None:
+        self.inner = Causal()
+        self.fail_at = fail_at
+        self.teams: list[tuple[int, int]] = []
+
+    def init(self, config, pool):
+        self.inner._configure(config, pool)
+        self.inner.init(config, pool)
+
+    def reset(self):
+        self.inner.reset()
+        self.teams.clear()
+
+    def attend(self, layer, pos, q, k, v, out):
+        if layer == 0:
+            self.teams.append((pos, team_for(2, BIG)))
+            if pos == self.fail_at:
+                raise RuntimeError(f"plugin failure at {pos}")
+        self.inner.attend(layer, pos, q, k, v, out)
+
+    def memory_bytes(self):
+        return self.inner.memory_bytes()
+
+
+def test_the_cap_reaches_plugins_during_decode_only(stories260k, policy):
+    model = Model.load(stories260k, threads=2)
+    recorder = TeamRecorder()
+    engine = model.engine(recorder)
+    policy("alternate")
+    out = np.zeros(64, dtype=np.int32)
+    engine.generate_into(PROMPT, 40, Sampler(512, 0.0, 0.9, 1), out)
+    prompt_teams = [team for pos, team in recorder.teams if pos < len(PROMPT)]
+    decode_teams = [team for pos, team in recorder.teams if pos >= len(PROMPT)]
+    assert prompt_teams == [2, 2, 2]  # the prompt's positions are not the controller's
+    assert decode_teams[:6] == [2, 1, 2, 1, 2, 1]  # the first token runs on the caller's team
+    assert team_for(2, BIG) == 2  # nothing left behind
+
+
+def test_a_failing_token_leaves_no_cap_behind(stories260k, policy):
+    model = Model.load(stories260k, threads=2)
+    engine = model.engine(TeamRecorder(fail_at=7))
+    policy("alternate")
+    out = np.zeros(64, dtype=np.int32)
+    with pytest.raises(Exception, match="plugin failure at 7"):
+        engine.generate_into(PROMPT, 40, Sampler(512, 0.0, 0.9, 1), out)
+    assert (7, 1) in engine.attention.teams or (7, 2) in engine.attention.teams
+    assert team_for(2, BIG) == 2
+
+
+def test_parallel_always_makes_every_loop_parallel(parallel_always):
+    assert team_for(2, 1) == 2 and team_for(2, 0) == 2  # the tests' fixture: every loop parallel
+
+
+def test_the_default_threshold():
+    assert serial_below() == 1 << 16
+    assert team_for(2, 512 * 64) == 1  # stories260K's classifier, its largest product
+    assert team_for(2, 288 * 288) == 2  # the stories15M shape's smallest products
+    assert team_for(1, BIG) == 1 and team_for(0, BIG) == 1
+
+
+# The controller on a simulated clock: token i costs seconds_1[i] on one thread, seconds_n[i] on two.
+# The bound is what the policy promises: the better team within ~2% on 256 tokens (two probes of two
+# tokens at most before the gap grows past the run), and across a change of load, better than either.
+
+
+def _sim(seconds_1, seconds_n, policy="adaptive"):
+    s1, sn = np.asarray(seconds_1, dtype=float), np.asarray(seconds_n, dtype=float)
+    return simulate_decode(2, s1.tolist(), sn.tolist(), policy), s1, sn
+
+
+@pytest.mark.parametrize(
+    "one, two, settled",
+    [
+        (9.5e-3, 5.2e-3, 2),  # stories15M shape, idle: two threads 1.8x faster
+        (47e-3, 28e-3, 2),  # stories110M shape, idle
+        (9.0e-3, 12.5e-3, 1),  # 15M shape beside a busy loop: 0.72x
+        (43e-3, 80e-3, 1),  # 110M shape beside a busy loop: 0.54x
+        (0.3e-3, 0.7e-3, 1),  # stories260K, loaded
+    ],
+)
+def test_steady_load_settles_on_the_faster_team(one, two, settled):
+    stats, s1, sn = _sim(np.full(256, one), np.full(256, two))
+    assert stats["settled"] == settled
+    assert stats["seconds"] <= 1.02 * min(s1.sum(), sn.sum())
+    assert stats["tokens_1"] + stats["tokens_n"] == 256
+
+
+def test_equal_teams_do_not_flap():
+    # both teams serial (stories260K below the threshold): times equal, no switch, little probing
+    stats, _, _ = _sim(np.full(5000, 0.3e-3), np.full(5000, 0.3e-3))
+    assert stats["switches"] == 0 and stats["probes"] < 10
+
+
+@pytest.mark.parametrize("arrives", [True, False])
+def test_a_change_of_load_is_followed(arrives):
+    idle, loaded = np.full(1000, 5e-3), np.full(1000, 14e-3)
+    two = np.r_[idle, loaded] if arrives else np.r_[loaded, idle]
+    stats, s1, sn = _sim(np.full(2000, 9e-3), two)
+    assert stats["settled"] == (1 if arrives else 2)
+    assert stats["seconds"] < 0.85 * min(s1.sum(), sn.sum())  # better than either team throughout
+    # load arriving is seen at once (the settled team's time jumps); load leaving at the next probe,
+    # up to 1 / PROBE_BUDGET probe-losses later
+    assert stats["seconds"] <= (1.03 if arrives else 1.06) * np.minimum(s1, sn).sum()
+
+
+def test_stalls_on_the_team_count_by_their_mean():
+    # beside a busy loop a two-thread token is fast or waits for a descheduled worker: 1 in 3 stalls
+    rng = np.random.default_rng(0)
+    two = np.where(rng.random(2000) < 1 / 3, 25e-3, 4e-3)  # mean 11 ms against 9 ms on one thread
+    stats, s1, _ = _sim(np.full(2000, 9e-3), two)
+    assert stats["settled"] == 1
+    assert stats["seconds"] <= 1.03 * s1.sum()
+
+
+def test_fixed_and_alternate_policies():
+    fixed, _, _ = _sim(np.full(50, 1e-3), np.full(50, 9e-3), "fixed")
+    assert fixed["tokens_n"] == 50 and fixed["probes"] == 0
+    alternate, _, _ = _sim(np.full(50, 1e-3), np.full(50, 9e-3), "alternate")
+    assert alternate["tokens_1"] == 25 and alternate["tokens_n"] == 25
+
+
+def test_policy_names_are_checked(policy):
+    with pytest.raises(ValueError, match="adaptive, alternate"):
+        set_decode_policy("passive")
+
+
+def test_the_environment_sets_the_policy():
+    env = dict(os.environ, PYLLAMA_DECODE_POLICY="fixed")
+    code = "from pyllama.kernels.threads import decode_policy; print(decode_policy())"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "fixed"
+
+
+def test_a_probe_onto_a_stalled_team_stops_after_one_token():
+    # heavy load: a team token waits 200 ms for a descheduled worker, against 9 ms on one thread
+    stats, s1, _ = _sim(np.full(256, 9e-3), np.full(256, 0.2))
+    assert stats["settled"] == 1 and stats["tokens_n"] == 1 and stats["probes"] == 1
+    assert stats["seconds"] <= s1.sum() + 0.2
+
+
+def test_the_next_decode_of_the_same_model_starts_from_the_choice():
+    one, stalled = [9e-3] * 256, [0.2] * 256
+    first = simulate_decode(2, one, stalled, key=0x1000, start=100.0)
+    again = simulate_decode(2, one, stalled, key=0x1000, start=100.0 + first["seconds"] + 0.5)
+    other = simulate_decode(2, one, stalled, key=0x2000, start=100.0 + first["seconds"] + 0.5)
+    later = simulate_decode(2, one, stalled, key=0x1000, start=200.0)  # too long ago: probes afresh
+    assert first["tokens_n"] == 1 and again["tokens_n"] == 0 and again["probes"] == 0
+    assert other["tokens_n"] == 1 and later["tokens_n"] == 1
