@@ -196,4 +196,3 @@ def ggml_exp(const float[::1] x):
     for i in range(o.shape[0]):
         o[i] = pyllama_ggml_expf(o[i])
     return out
-
