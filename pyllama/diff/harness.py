@@ -178,13 +178,7 @@ def run_diff(
         for side in sides:
             side.engine.set_capture()
             side.engine.set_ledger()
-    decoders = [None, None]
-    if greedy:
-        decoders = [
-            lambda seg, e=side.engine: greedy_decode(e, seg.tokens[: seg.target.prompt], seg.target.length)
-            for side in sides
-        ]
-    retrieval = diff_rows(pr, [s.compared for s in seg_infos], offsets, cols, decoders, tokenizer)
+    retrieval = _retrieval_rows(pr, seg_infos, offsets, cols, sides, tokenizer, greedy)
     return DiffReport(
         a=sides[0].label,
         b=sides[1].label,
@@ -202,6 +196,17 @@ def run_diff(
         threads=total_threads,
         **cols,
     )
+
+
+def _retrieval_rows(pr, seg_infos, offsets, cols, sides, tokenizer, greedy: bool) -> list:
+    """The retrieval probe rows of the report; ``greedy``: decode each side's answer where needed."""
+    decoders = [None, None]
+    if greedy:
+        decoders = [
+            lambda seg, e=side.engine: greedy_decode(e, seg.tokens[: seg.target.prompt], seg.target.length)
+            for side in sides
+        ]
+    return diff_rows(pr, [s.compared for s in seg_infos], offsets, cols, decoders, tokenizer)
 
 
 def _check_probe_ids(pr: Probe, vocab_size: int) -> None:
