@@ -116,16 +116,30 @@ def table_figures(rows: list[dict], out: Path, context: int) -> None:
 
 
 def growth(model: Model, steps: int, out: Path, threads: int | None, seed: int = 0) -> str:
-    """Generate ``steps`` tokens with lattice (sampled, temperature 1), recording memory_bytes() each step."""
+    """Generate ``steps`` tokens with lattice (sampled, temperature 1), recording memory_bytes() each
+    step beside sink and causal fed the same tokens; writes memories_growth.md and .png."""
     specs = ["lattice", "sink", f"causal:positions={steps}"]
+    mem, lat = growth_run(model, specs, steps, threads, seed)
+    md = growth_markdown(model, specs, mem, lat, steps)
+    (out / "memories_growth.md").write_text(md)
+    growth_figure(model, specs, mem, lat, steps).savefig(out / "memories_growth.png", dpi=120)
+    return md
+
+
+def growth_run(
+    model: Model, specs: list[str], steps: int, threads: int | None, seed: int
+) -> tuple[dict[str, np.ndarray], object]:
+    """memory_bytes() after each position for every spec: the first one generates (sampled), the
+    others are fed its tokens. Returns the bytes per spec and the first spec's attention object."""
     mem = {}
     rng = np.random.default_rng(seed)
     tokens = None
+    first = None
     for spec in specs:
         engine = model.engine(spec, threads)
         m = np.zeros(steps, dtype=np.int64)
         t0 = time.perf_counter()
-        if tokens is None:  # lattice generates; the others are fed the same tokens
+        if tokens is None:  # the first spec generates; the others are fed the same tokens
             tokens = np.zeros(steps, dtype=np.int64)
             tok = 1
             for pos in range(steps):
@@ -134,14 +148,27 @@ def growth(model: Model, steps: int, out: Path, threads: int | None, seed: int =
                 p = np.exp(logits - logits.max())
                 tok = int(rng.choice(p.size, p=p / p.sum()))
                 m[pos] = engine.attention.memory_bytes()
-            lat = engine.attention
-            sizes = lat.bucket_sizes(0)
+            first = engine.attention
         else:
             for pos in range(steps):
                 engine.forward(int(tokens[pos]), pos)
                 m[pos] = engine.attention.memory_bytes()
         mem[spec] = m
         print(f"  {spec}: {steps} positions in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return mem, first
+
+
+def lattice_exact_bytes(model: Model, lat, t: np.ndarray | int) -> np.ndarray | int:
+    """Bytes of lattice's exact rows after t positions: sinks + window, plus the staging rows not yet
+    merged into a bucket (``(t - sinks - window) % base``), in every layer."""
+    row = 2 * model.config.kv_dim * 4
+    n_out = np.maximum(t - lat.sinks - lat.window, 0)
+    return model.config.n_layers * (np.minimum(t, lat.sinks + lat.window) + n_out % lat.base) * row
+
+
+def growth_markdown(model: Model, specs: list[str], mem: dict[str, np.ndarray], lat, steps: int) -> str:
+    """The growth table at powers of two (and the last position), each lattice row checked against
+    its closed form: exact rows plus one summary (a key and a value row and a count) per set bit."""
     checkpoints = [p for p in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if p <= steps]
     if steps not in checkpoints:
         checkpoints.append(steps)
@@ -154,20 +181,22 @@ def growth(model: Model, steps: int, out: Path, threads: int | None, seed: int =
     ]
     row = 2 * model.config.kv_dim * 4
     for t in checkpoints:
-        exact = min(t, lat.sinks + lat.window)
         n_out = max(0, t - lat.sinks - lat.window)
         n_buckets = bin(n_out // lat.base).count("1")
-        assert mem["lattice"][t - 1] == model.config.n_layers * (
-            (exact + n_out % lat.base) * row + n_buckets * (row + 8)
+        assert mem["lattice"][t - 1] == lattice_exact_bytes(model, lat, t) + model.config.n_layers * n_buckets * (
+            row + 8
         )
         lines.append(
             f"| {t:,} | {int(mem['lattice'][t - 1]):,} | {n_buckets} | {(n_out // lat.base).bit_length()} | "
             f"{int(mem['sink'][t - 1]):,} | {int(mem[specs[2]][t - 1]):,} |"
         )
-    lines += ["", f"bucket sizes of layer 0 at the end (oldest first): {sizes}"]
-    md = "\n".join(lines) + "\n"
-    (out / "memories_growth.md").write_text(md)
+    lines += ["", f"bucket sizes of layer 0 at the end (oldest first): {lat.bucket_sizes(0)}"]
+    return "\n".join(lines) + "\n"
 
+
+def growth_figure(model: Model, specs: list[str], mem: dict[str, np.ndarray], lat, steps: int):
+    """Left: memory_bytes() of every spec against position (log-log); right: lattice's summary rows
+    per layer, recovered from its bytes, against popcount and bit length of its bucket units."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(12, 4.2))
@@ -189,12 +218,8 @@ def growth(model: Model, steps: int, out: Path, threads: int | None, seed: int =
     units = np.maximum(x - lat.sinks - lat.window, 0) // lat.base
     buckets = np.array([bin(int(u)).count("1") for u in units])
     levels = np.array([int(u).bit_length() for u in units])
-    summary = (
-        mem["lattice"]
-        - model.config.n_layers
-        * (np.minimum(x, lat.sinks + lat.window) + np.maximum(x - lat.sinks - lat.window, 0) % lat.base)
-        * row
-    )
+    summary = mem["lattice"] - lattice_exact_bytes(model, lat, x)
+    row = 2 * model.config.kv_dim * 4
     ax2.plot(
         x,
         summary / (model.config.n_layers * (row + 8)),
@@ -208,8 +233,7 @@ def growth(model: Model, steps: int, out: Path, threads: int | None, seed: int =
     ax2.set_title("lattice: summary rows grow as log t")
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "memories_growth.png", dpi=120)
-    return md
+    return fig
 
 
 def main(argv: list[str] | None = None) -> None:
