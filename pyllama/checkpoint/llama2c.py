@@ -144,25 +144,7 @@ def load_llama2c(path: str | os.PathLike, file: BinaryIO | None = None) -> tuple
     if size < HEADER_V0:
         raise CheckpointError(f"{name}: {size} bytes is too small for a llama2.c checkpoint header (28 bytes)")
     buf = np.memmap(path if file is None else file, dtype=np.uint8, mode="r")
-    header = buf.data  # a memoryview of the mapped bytes: struct reads them in place
-    (first,) = struct.unpack_from("<I", header, 0)
-    group_size = 0
-    if first == MAGIC:
-        if size < HEADER_V12:
-            raise CheckpointError(f"{name}: {size} bytes is too small for a version-1/2 header (256 bytes)")
-        (version,) = struct.unpack_from("<i", header, 4)
-        if version not in (1, 2):
-            raise CheckpointError(f"{name}: llama2.c format version {version} is not supported (1 and 2 are)")
-        dims = struct.unpack_from("<7i", header, 8)
-        shared = bool(buf[36])
-        if version == 2:
-            (group_size,) = struct.unpack_from("<i", header, 37)
-        offset = HEADER_V12
-    else:
-        version = 0
-        dims = struct.unpack_from("<7i", header, 0)
-        shared = dims[5] > 0
-        offset = HEADER_V0
+    version, dims, shared, group_size, offset = _read_header(name, buf, size)
     _check_header(name, dims)
     dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab, seq_len = dims
     cfg = ModelConfig(
@@ -182,9 +164,35 @@ def load_llama2c(path: str | os.PathLike, file: BinaryIO | None = None) -> tuple
             "with a smaller group size"
         )
     _check_size(name, _expected_bytes(cfg, version, group_size), size, version)
+    emb, layers, rms_final, cls, fmt = _read_tensors(_Cursor(buf, offset), cfg, version, group_size)
+    weights = Weights(emb, layers, rms_final, cls, source=buf, format=fmt, file_bytes=size)
+    return cfg, weights
 
-    cur = _Cursor(buf, offset)
-    d, h, L, v, qd, kvd = dim, hidden_dim, n_layers, abs(vocab), cfg.q_dim, cfg.kv_dim
+
+def _read_header(name: str, buf: np.ndarray, size: int) -> tuple[int, tuple[int, ...], bool, int, int]:
+    """(version, the 7 header ints, shared classifier, group size or 0, offset of the first tensor)."""
+    header = buf.data  # a memoryview of the mapped bytes: struct reads them in place
+    (first,) = struct.unpack_from("<I", header, 0)
+    if first != MAGIC:  # version 0 has no magic: a negative vocab_size says the classifier is unshared
+        dims = struct.unpack_from("<7i", header, 0)
+        return 0, dims, dims[5] > 0, 0, HEADER_V0
+    if size < HEADER_V12:
+        raise CheckpointError(f"{name}: {size} bytes is too small for a version-1/2 header (256 bytes)")
+    (version,) = struct.unpack_from("<i", header, 4)
+    if version not in (1, 2):
+        raise CheckpointError(f"{name}: llama2.c format version {version} is not supported (1 and 2 are)")
+    dims = struct.unpack_from("<7i", header, 8)
+    group_size = struct.unpack_from("<i", header, 37)[0] if version == 2 else 0
+    return version, dims, bool(buf[36]), group_size, HEADER_V12
+
+
+def _read_tensors(
+    cur: _Cursor, cfg: ModelConfig, version: int, group_size: int
+) -> tuple[Tensor, list[LayerWeights], np.ndarray, Tensor, str]:
+    """The weight views in the file's order (export.py's): (embedding, layers, rms_final, classifier,
+    a description of the format)."""
+    d, h, L, v, qd, kvd = cfg.dim, cfg.hidden_dim, cfg.n_layers, cfg.vocab_size, cfg.q_dim, cfg.kv_dim
+    shared = cfg.shared_classifier
     if version == 0:
         emb = _f32_tensor("token_embedding", cur.f32(v, d))
         rms_att = cur.f32(L, d)
@@ -193,7 +201,7 @@ def load_llama2c(path: str | os.PathLike, file: BinaryIO | None = None) -> tuple
         rms_ffn = cur.f32(L, d)
         w1, w2, w3 = _layered(cur, "w1", L, h, d), _layered(cur, "w2", L, d, h), _layered(cur, "w3", L, h, d)
         rms_final = cur.f32(d)
-        cur.skip_f32(seq_len * cfg.head_dim)  # freq_cis_real + freq_cis_imag: recomputed instead
+        cur.skip_f32(cfg.seq_len * cfg.head_dim)  # freq_cis_real + freq_cis_imag: recomputed instead
         cls = emb if shared else _f32_tensor("classifier", cur.f32(v, d))
         fmt = "llama2.c version 0 (legacy, float32)"
     else:
@@ -215,5 +223,4 @@ def load_llama2c(path: str | os.PathLike, file: BinaryIO | None = None) -> tuple
             cls = emb if shared else _q8_layered(cur, "classifier", 1, v, d, gs)[0]
             fmt = f"llama2.c version 2 (int8 groups of {gs})"
     layers = [LayerWeights(rms_att[i], wq[i], wk[i], wv[i], wo[i], rms_ffn[i], w1[i], w2[i], w3[i]) for i in range(L)]
-    weights = Weights(emb, layers, rms_final, cls, source=buf, format=fmt, file_bytes=size)
-    return cfg, weights
+    return emb, layers, rms_final, cls, fmt
