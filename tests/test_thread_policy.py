@@ -142,8 +142,9 @@ def test_the_default_threshold():
 
 
 # The controller on a simulated clock: token i costs seconds_1[i] on one thread, seconds_n[i] on two.
-# The bound is what the policy promises: the better team within ~2% on 256 tokens (two probes of two
-# tokens at most before the gap grows past the run), and across a change of load, better than either.
+# The bound is what the policy promises: the better team within ~2% on 256 tokens (a probe that loses
+# stops at its first token, and the gap grows past the run), and across a change of load, better than
+# either.
 
 
 def _sim(seconds_1, seconds_n, policy="adaptive"):
@@ -229,3 +230,36 @@ def test_the_next_decode_of_the_same_model_starts_from_the_choice():
     later = simulate_decode(2, one, stalled, key=0x1000, start=200.0)  # too long ago: probes afresh
     assert first["tokens_n"] == 1 and again["tokens_n"] == 0 and again["probes"] == 0
     assert other["tokens_n"] == 1 and later["tokens_n"] == 1
+
+
+def test_a_losing_probe_costs_one_token():
+    # idle 15M shape: two threads faster. A fresh decode times 2 tokens on one thread, probes the team
+    # (and settles there); every later probe of one thread stops at its first, slower, token
+    stats, _, _ = _sim(np.full(4000, 7.3e-3), np.full(4000, 4.8e-3))
+    assert stats["settled"] == 2 and stats["switches"] == 1 and stats["probes"] > 3
+    assert stats["tokens_1"] == 2 + (stats["probes"] - 1)
+
+
+def test_a_team_that_stalls_at_random_does_not_win_on_lucky_tokens():
+    # beside a busy loop, 7 in 10 two-thread tokens are fast (6 ms against 7.6 ms on one thread) and
+    # the others wait for a descheduled worker (40 ms): the team's mean is twice one thread's, however
+    # good a run of fast tokens a probe sees (a probe that settled on two lucky ones cost up to 4.6%)
+    slow = []
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        one = 7.6e-3 * rng.lognormal(0, 0.08, 256)
+        two = np.where(rng.random(256) < 0.3, 40e-3, 6e-3) * rng.lognormal(0, 0.05, 256)
+        stats, s1, _ = _sim(one, two)
+        if stats["seconds"] > 1.03 * s1.sum():
+            slow.append((seed, stats["seconds"] / s1.sum()))
+    assert slow == []
+
+
+def test_the_probe_schedule_counts_decode_time_only():
+    # a probe onto a stalled team lost 191 ms: at 0.5% of decode time, the next probe is due after
+    # 38 s of decoding, not 38 s of the clock; a decode of the same model 30 s later (the others ran
+    # in between) resumes that wait and probes nothing
+    one, stalled = [9e-3] * 256, [0.2] * 256
+    first = simulate_decode(2, one, stalled, key=0x3000, start=500.0)
+    again = simulate_decode(2, one, stalled, key=0x3000, start=500.0 + first["seconds"] + 30.0)
+    assert first["probes"] == 1 and again["probes"] == 0 and again["tokens_n"] == 0

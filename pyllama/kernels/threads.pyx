@@ -15,12 +15,16 @@ load, which the program cannot see: idle, two threads decode the 15M shape 1.8x 
 busy loop on the other core, the team waits at every barrier for a worker that the scheduler has
 descheduled, and two threads run at 0.5-0.7x of one. So the decode loop times its own tokens and
 runs on the team that is faster now. It runs on its settled team, and now and then it probes the
-other one for a few tokens; when the other is at least ``MARGIN`` faster it settles there. A probe
-stops as soon as it can no longer win (a token on a stalled team can cost a hundred tokens' time on
-one thread under heavy load). A probe that loses costs time, so the gap to the next one doubles each
-time the settled team wins, and is at least the probe's measured loss divided by ``PROBE_BUDGET``
-(probing costs about half a percent). The next decode of the same model (``key``) in the same thread,
-within ``MEMORY_SECONDS``, starts from the last choice instead of probing afresh.
+other one; when the other stays at least ``MARGIN`` faster, in the running mean of its timed tokens,
+for ``PROBE_TOKENS`` tokens, it settles there. A probe stops at the first token that puts its running
+mean behind (a token on a stalled team can cost a hundred tokens' time on one thread under heavy
+load), so a losing probe costs one token; and beside a busy loop, where a team's tokens are fast or
+stalled at random, a few lucky tokens do not make it win. A probe that loses costs time, so the gap
+to the next one doubles each time the settled team wins, and is at least the probe's measured loss
+divided by ``PROBE_BUDGET`` (probing costs about half a percent of decode time). The next decode of
+the same model (``key``) in the same thread, within ``MEMORY_SECONDS``, starts from the last choice
+and resumes its wait for the next probe: the schedule counts decode time, not the clock, so the
+budget holds when decodes alternate with other work (a benchmark's rounds, a sweep's cells).
 When the settled team becomes ``TRIGGER`` slower than the other team was when last measured (load
 arriving), the next probe starts at once. The first token
 after a change of team is not timed when tokens are short (a sleeping worker wakes, its cache
@@ -48,7 +52,7 @@ DEF POLICY_ADAPTIVE = 1   # the controller above
 DEF POLICY_ALTERNATE = 2  # one thread and n threads in turn, every token: for the tests of exactness
 
 DEF SETTLED_TOKENS = 2    # timed tokens on the settled team before it can be compared
-DEF PROBE_TOKENS = 2      # timed tokens of a probe
+DEF PROBE_TOKENS = 8      # timed tokens a probe must win, each keeping its running mean ahead, to be chosen
 DEF MEAN_WEIGHT = 0.125   # weight of a new token in the settled team's running mean
 DEF MARGIN = 0.03         # the other team must be this much faster per token to be chosen
 DEF TRIGGER = 0.1         # the settled team this much slower than the other one last was: probe now
@@ -57,7 +61,7 @@ DEF MAX_GAP = 1.0         # the doubling stops here (the budget rule may ask for
 DEF PROBE_BUDGET = 0.005  # a probe's expected loss, over the gap before it, is at most this
 DEF UNTIMED_BELOW = 2e-3  # tokens shorter than this: the first one after a change of team is not timed
 DEF WARM_UP = 1e-4        # what that untimed first token may cost on top (a wake-up, a cache refill)
-DEF MEMORY_SECONDS = 10.0  # a decode starts from the choice of the last one of the same key this recent
+DEF MEMORY_SECONDS = 60.0  # a decode starts from the state of the last one of the same key this recent
 DEF MEMORY_SLOTS = 4      # keys remembered per thread
 
 cdef extern from *:
@@ -66,7 +70,7 @@ cdef extern from *:
        their own): the decode controller's team cap (0 = none), and the last choice per key. */
     static __thread int pyllama_team_cap = 0;
     typedef struct { const void* key; int n_threads; int settled;
-                     double other_mean, gap, next_probe, used; } pyllama_team_memory;
+                     double other_mean, gap, probe_in, used; } pyllama_team_memory;
     static __thread pyllama_team_memory pyllama_memory[4];  /* MEMORY_SLOTS */
     """
     int team_cap "pyllama_team_cap"
@@ -76,7 +80,7 @@ cdef extern from *:
         int settled
         double other_mean
         double gap
-        double next_probe
+        double probe_in
         double used
     TeamMemory team_memory "pyllama_memory"[4]
 
@@ -181,10 +185,11 @@ cdef void _decode_start(DecodeTeam* t, int n_threads, const void* key, double no
     t.switches = 0
     m = _remembered(key, t.n_threads)
     if t.mode == POLICY_ADAPTIVE and m != NULL and now - m.used < MEMORY_SECONDS:
+        # the probe schedule counts decode time only: the wait for the next probe resumes where it was
         t.settled = m.settled
         t.other_mean = m.other_mean
         t.gap = m.gap
-        t.next_probe = m.next_probe
+        t.next_probe = now + m.probe_in
     t.team = t.settled
 
 
@@ -251,19 +256,21 @@ cdef void _settled_step(DecodeTeam* t, double seconds, double now) noexcept nogi
 
 
 cdef void _probe_step(DecodeTeam* t, double seconds, double now) noexcept nogil:
-    # the probe wins if its timed tokens sum to less than this; once they cannot, it stops at once,
-    # so a probe onto a stalled team costs one token, not PROBE_TOKENS
-    cdef double bound = PROBE_TOKENS * t.settled_mean * (1.0 - MARGIN)
+    # the probe stays only while the running mean of its timed tokens is MARGIN ahead of the settled
+    # team, and wins after PROBE_TOKENS of them: a losing probe costs one token (a stalled team's
+    # token can cost many), and a team whose tokens are fast or stalled at random wins only when
+    # PROBE_TOKENS in a row say so, not on two lucky ones
+    cdef double ahead = t.settled_mean * (1.0 - MARGIN)
     t.probe_cost += seconds
     t.probe_tokens += 1
     if t.untimed:  # the warm-up token: a wake-up and a cache refill are allowed for
         t.untimed = False
-        if seconds - WARM_UP > bound:
+        if seconds - WARM_UP > ahead:
             _probe_end(t, now, False)
         return
     t.probe_sum += seconds
     t.probe_n += 1
-    if t.probe_sum >= bound:
+    if t.probe_sum >= t.probe_n * ahead:
         _probe_end(t, now, False)
     elif t.probe_n == PROBE_TOKENS:
         _probe_end(t, now, True)
@@ -271,7 +278,8 @@ cdef void _probe_step(DecodeTeam* t, double seconds, double now) noexcept nogil:
 
 cdef void _probe_end(DecodeTeam* t, double now, bint won) noexcept nogil:
     cdef double loss
-    cdef int per_probe = PROBE_TOKENS + (1 if t.settled_mean < UNTIMED_BELOW else 0)
+    # a probe of the old team will lose at its first token (and its warm-up, for short tokens)
+    cdef int per_probe = 1 + (1 if t.settled_mean < UNTIMED_BELOW else 0)
     t.probing = False
     if won:
         # the probed team is faster now: settle there (it is warm, the next token is timed). The next
@@ -320,7 +328,7 @@ cdef void _decode_finish(DecodeTeam* t, double now) noexcept nogil:
     m.settled = t.settled
     m.other_mean = t.other_mean
     m.gap = t.gap
-    m.next_probe = t.next_probe
+    m.probe_in = max(t.next_probe - now, 0.0)
     m.used = now
 
 
