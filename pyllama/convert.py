@@ -103,15 +103,14 @@ def convert_llama2c(
     src, dst = Path(src), Path(dst)
     if out_type not in OUT_TYPES:
         raise InputError(f"--type {out_type!r}: choose one of {', '.join(OUT_TYPES)}")
-    _check_destination(src, dst, force)
+    tokenizer = src.with_name("tokenizer.bin") if tokenizer is None else Path(tokenizer)
+    _check_destination(src, dst, force, tokenizer)
     with open(src, "rb") as f:
         if f.read(4) == b"GGUF":
             raise CheckpointError(f"{src.name}: is already a GGUF file; convert reads llama2.c checkpoints")
     cfg, weights = load_llama2c(src)
-    if tokenizer is None:
-        tokenizer = src.with_name("tokenizer.bin")
-        if not tokenizer.exists():
-            raise InputError(f"{src.name}: no tokenizer.bin beside it: pass the model's tokenizer with -z")
+    if not tokenizer.exists():
+        raise InputError(f"{src.name}: no tokenizer.bin beside it: pass the model's tokenizer with -z")
     tok = Llama2cTokenizer.load(tokenizer, vocab_size=cfg.vocab_size)
     qtype, file_type = OUT_TYPES[out_type]
     fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent)
@@ -129,14 +128,17 @@ def convert_llama2c(
     return {"file": str(dst), "type": out_type, "bytes": dst.stat().st_size, "tensor_types": written}
 
 
-def _check_destination(src: Path, dst: Path, force: bool) -> None:
-    """Refuse to overwrite the input (also through a symlink or hard link) or, without ``force``, any file."""
+def _check_destination(src: Path, dst: Path, force: bool, tokenizer: Path) -> None:
+    """Refuse to overwrite an input, the checkpoint or its tokenizer (also through a symlink or hard
+    link), or, without ``force``, any file."""
     if not dst.exists() and not dst.is_symlink():
         if not dst.parent.is_dir():
             raise InputError(f"{dst}: the folder {dst.parent} does not exist")
         return
     if src.exists() and dst.exists() and os.path.samefile(src, dst):
         raise InputError(f"{dst}: is the input {src} (the same file): write the GGUF to another name")
+    if tokenizer.exists() and dst.exists() and os.path.samefile(tokenizer, dst):
+        raise InputError(f"{dst}: is the tokenizer {tokenizer} (the same file): write the GGUF to another name")
     if not force:
         raise InputError(f"{dst}: exists already; pass --force (force=True) to replace it")
 

@@ -59,6 +59,20 @@ def test_refuses_to_write_over_its_input(source, how):
     assert _same_bytes(source, original)
 
 
+@pytest.mark.parametrize("named", [True, False])
+def test_refuses_to_write_over_its_tokenizer(source, named):
+    # the tokenizer is an input too: -z t.bin with output t.bin (or the tokenizer.bin found beside
+    # the checkpoint) would replace it with the GGUF, --force or not
+    tok = source.with_name("tokenizer.bin")
+    for force in ([], ["--force"]):
+        line = _one_line_failure(["convert", str(source), str(tok), *(["-z", str(tok)] if named else []), *force])
+        assert "is the tokenizer" in line, line
+        assert _same_bytes(tok, shared_file("tok512.bin"))
+    with pytest.raises(InputError, match="is the tokenizer"):
+        convert_llama2c(source, tok, tokenizer=tok if named else None, force=True)
+    assert _same_bytes(tok, shared_file("tok512.bin"))
+
+
 def test_an_existing_output_needs_force(source, tmp_path):
     dst = tmp_path / "out.gguf"
     dst.write_bytes(b"keep me")
