@@ -54,6 +54,25 @@ def test_tokenizer_that_does_not_match_the_model():
     assert "32000" in line and "512" in line
 
 
+@pytest.mark.parametrize("beside", ["tokenizer.bin", "garbage", None])
+def test_without_z_the_line_says_what_is_beside_the_checkpoint(tmp_path, beside):
+    model = tmp_path / "model.bin"
+    model.write_bytes(shared_file("stories260K.bin").read_bytes())
+    if beside == "tokenizer.bin":  # there, but a 32000-token vocabulary for a 512-token model
+        (tmp_path / "tokenizer.bin").write_bytes(shared_file("tokenizer.bin").read_bytes())
+    elif beside == "garbage":
+        (tmp_path / "tokenizer.bin").write_bytes(b"\x07" * 10)
+    line = _fails(["generate", "-c", str(model), "-n", "4"])
+    if beside is None:
+        assert "no tokenizer found beside it" in line
+    else:
+        assert "found tokenizer.bin beside it, but it does not fit" in line
+        assert "no tokenizer found" not in line
+    if beside == "tokenizer.bin":
+        assert "32000" in line and "512" in line
+    assert line.count("-z") == 1, line  # the advice once
+
+
 def test_prompt_longer_than_the_context(model_args):
     prompt = " ".join(["Lily"] * 600)
     line = _fails(["generate", "-c", str(shared_file("stories260K.bin")), *model_args, "-i", prompt])

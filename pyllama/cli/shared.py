@@ -109,7 +109,8 @@ def require_tokenizer(model, checkpoint: str) -> None:
     """generate and diff need text: say why there is no tokenizer (none beside it, or one that does not fit)."""
     if model.tokenizer is None:
         if model.tokenizer_problem:
-            raise TokenizerError(f"{model.tokenizer_problem}; pass the model's tokenizer with -z")
+            problem = model.tokenizer_problem  # the tokenizer's own error may already say how to fix it
+            raise TokenizerError(problem if "-z" in problem else f"{problem}; pass the model's tokenizer with -z")
         raise click.UsageError(f"{checkpoint}: no tokenizer found beside it; pass one with -z")
 
 
