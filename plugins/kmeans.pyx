@@ -58,7 +58,8 @@ cdef class KMeans(DenseAttention):
         Knob("clusters", int, 32, "centroids per layer and KV head", min=1),
         Knob("budget", int, 64, "middle tokens attended: whole clusters in score order until this many", min=0),
         *sink_window_knobs(4, 64, "attended"),
-        Knob("iters", int, 4, "Lloyd steps after k-means++ seeding", min=1),
+        # bounded so that a typo cannot make one re-clustering run for hours (a few steps converge)
+        Knob("iters", int, 4, "Lloyd steps after k-means++ seeding", min=1, max=1000),
         Knob("recluster", int, 256, "cluster the middle again after this many new tokens", min=1),
         Knob("seed", int, 0, "seed of the k-means++ draws", min=0),
         Knob("estimate", bool, False, "attend each unchosen cluster as one row (centroid, mean value, log size)"),

@@ -94,7 +94,15 @@ def test_listed_with_descriptions_and_knobs():
 
 
 @pytest.mark.parametrize(
-    "spec", ["tiered:bits=5", "tiered:warm=40,group=32", "lattice:levels=99", "kmeans:iters=0", "kmeans:clusters=0"]
+    "spec",
+    [
+        "tiered:bits=5",
+        "tiered:warm=40,group=32",
+        "lattice:levels=99",
+        "kmeans:iters=0",
+        "kmeans:clusters=0",
+        "kmeans:iters=9223372036854775807",  # holds no memory, but each re-clustering would never end
+    ],
 )
 def test_bad_knobs_are_plugin_errors(spec):
     with pytest.raises(PluginError):
