@@ -95,6 +95,17 @@ def test_nan_from_a_plugin_stops_generate(model, tmp_path):
         ["generate", "-c", str(shared_file("stories260K.bin")), "-z", str(shared_file("tok512.bin")), "-a", spec]
     )
     assert "position 3" in line and "layer 1" in line
+    assert "plugin NanAt" in line  # a file plugin is named by its class (it has no registry name)
+
+
+def test_the_error_after_streamed_text_ends_that_line_first(tmp_path):
+    # the text generated before the failure goes out without a newline; the error must not be glued
+    # to it on the terminal ("Once upon aerror: ...")
+    spec = _plugin(tmp_path, layer=1, pos=8)
+    args = ["generate", "-c", str(shared_file("stories260K.bin")), "-z", str(shared_file("tok512.bin"))]
+    result = CliRunner().invoke(main, [*args, "-a", spec, "-i", "Once", "-t", "0"])
+    assert result.exit_code == 1 and "position 8" in result.stderr
+    assert result.stdout.startswith("Once") and result.stdout.endswith("\n"), repr(result.stdout)
 
 
 def test_inf_from_a_plugin_is_caught_too(model, tmp_path):

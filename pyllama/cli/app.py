@@ -12,6 +12,7 @@ import traceback
 
 import click
 
+from pyllama.cli.shared import end_streamed_line, forget_streamed_line
 from pyllama.errors import PyllamaError
 
 EXIT_USER_ERROR = 1
@@ -22,6 +23,7 @@ class PyllamaGroup(click.Group):
     """Turns PyllamaError (and unreadable files) into one line on stderr and a non-zero exit."""
 
     def invoke(self, ctx: click.Context):
+        forget_streamed_line()
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
@@ -36,6 +38,7 @@ class PyllamaGroup(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()
             msg = str(exc) if isinstance(exc, PyllamaError) else f"{exc.filename or ''}: {exc.strerror or exc}"
+            end_streamed_line()
             click.echo(f"error: {msg}", err=True)
             ctx.exit(EXIT_USER_ERROR)
         except click.UsageError as exc:

@@ -114,7 +114,31 @@ def require_tokenizer(model, checkpoint: str) -> None:
         raise click.UsageError(f"{checkpoint}: no tokenizer found beside it; pass one with -z")
 
 
+_line_open = False  # stream() left text on stdout without a newline
+
+
 def stream(text: str) -> None:
     """Text to stdout as it is generated."""
+    global _line_open
     sys.stdout.write(text)
     sys.stdout.flush()
+    if text:
+        _line_open = not text.endswith("\n")
+
+
+def forget_streamed_line() -> None:
+    """A command starts: no line is open yet."""
+    global _line_open
+    _line_open = False
+
+
+def end_streamed_line() -> None:
+    """Before an error line: end the line that streamed text left open, so the error starts a line."""
+    global _line_open
+    if _line_open:
+        _line_open = False
+        try:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):  # stdout closed or gone: nothing to end
+            pass

@@ -27,6 +27,12 @@ cdef double now_seconds() noexcept nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
+cdef str plugin_name(Attention attention):
+    """The registry name, or the class name of a plugin that has none (a local file's class)."""
+    name = type(attention).name
+    return type(attention).__name__ if name == Attention.name else name
+
+
 cdef Py_ssize_t known_positions(const TokenLoop* loop) noexcept nogil:
     """The positions whose tokens are known: the prompt, up to steps and a stop id inside it."""
     cdef Py_ssize_t i, j
@@ -92,7 +98,7 @@ cdef int decode_steps(Transformer* t, Attention attention, Sampler sampler, Toke
                 t.state.nonfinite_layer >= 0 or not all_finite(t.state.logits, t.config.vocab_size)):
             raise NonFiniteError.at(t.state.nonfinite_position if t.state.nonfinite_layer >= 0 else loop.pos,
                                     t.state.nonfinite_layer, t.state.nonfinite_stage, t.config.n_layers,
-                                    type(attention).name)
+                                    plugin_name(attention))
         if loop.pos < loop.n_prompt - 1:
             next_token = loop.prompt[loop.pos + 1]
         else:
