@@ -227,7 +227,7 @@ def test_the_next_decode_of_the_same_model_starts_from_the_choice():
     first = simulate_decode(2, one, stalled, key=0x1000, start=100.0)
     again = simulate_decode(2, one, stalled, key=0x1000, start=100.0 + first["seconds"] + 0.5)
     other = simulate_decode(2, one, stalled, key=0x2000, start=100.0 + first["seconds"] + 0.5)
-    later = simulate_decode(2, one, stalled, key=0x1000, start=200.0)  # too long ago: probes afresh
+    later = simulate_decode(2, one, stalled, key=0x1000, start=400.0)  # too long ago: probes afresh
     assert first["tokens_n"] == 1 and again["tokens_n"] == 0 and again["probes"] == 0
     assert other["tokens_n"] == 1 and later["tokens_n"] == 1
 

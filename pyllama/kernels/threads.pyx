@@ -61,7 +61,7 @@ DEF MAX_GAP = 1.0         # the doubling stops here (the budget rule may ask for
 DEF PROBE_BUDGET = 0.005  # a probe's expected loss, over the gap before it, is at most this
 DEF UNTIMED_BELOW = 2e-3  # tokens shorter than this: the first one after a change of team is not timed
 DEF WARM_UP = 1e-4        # what that untimed first token may cost on top (a wake-up, a cache refill)
-DEF MEMORY_SECONDS = 60.0  # a decode starts from the state of the last one of the same key this recent
+DEF MEMORY_SECONDS = 120.0  # a decode starts from the state of the last one of the same key this recent
 DEF MEMORY_SLOTS = 4      # keys remembered per thread
 
 cdef extern from *:
