@@ -100,21 +100,22 @@ cdef extern from *:
         return cols / PYLLAMA_QK * pyllama_legacy_bytes[kind];
     }
 
+    /* ggml's vec_dot order (ggml_vec_dot_q4_0_q8_0 and friends on AVX2): one accumulator of 8 float
+       lanes, acc = fma(d_w * d_x, lanes, acc) block after block, then hsum_float_8's reduction; the
+       Q4_1/Q5_1 offset term is a float sum over the blocks in order, added last. */
     static inline float pyllama_dot_legacy(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
         const ptrdiff_t nb = cols / PYLLAMA_QK, bytes = pyllama_legacy_bytes[kind];
-        float a0[8], a1[8], mins = 0.0f;
+        float acc[8], mins = 0.0f;
     #if PYLLAMA_QBLOCKS_AVX2
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-        for (ptrdiff_t b = 0; b < nb; b += 2) {
+        __m256 vacc = _mm256_setzero_ps();
+        for (ptrdiff_t b = 0; b < nb; b++) {
             const uint8_t* blk = w + bytes * b;
-            pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
-            acc0 = pyllama_legacy_block_avx2(kind, blk, a, b, acc0, &mins);
-            if (b + 1 < nb) acc1 = pyllama_legacy_block_avx2(kind, blk + bytes, a, b + 1, acc1, &mins);
+            if ((b & 1) == 0) pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
+            vacc = pyllama_legacy_block_avx2(kind, blk, a, b, vacc, &mins);
         }
-        _mm256_storeu_ps(a0, acc0);
-        _mm256_storeu_ps(a1, acc1);
+        _mm256_storeu_ps(acc, vacc);
     #else
-        for (int l = 0; l < 8; l++) { a0[l] = 0.0f; a1[l] = 0.0f; }
+        for (int l = 0; l < 8; l++) acc[l] = 0.0f;
         for (ptrdiff_t b = 0; b < nb; b++) {
             const uint8_t* blk = w + bytes * b;
             if ((b & 1) == 0) pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
@@ -122,7 +123,6 @@ cdef extern from *:
             pyllama_legacy_unpack(kind, blk, wq);
             const int8_t* xq = a->q + PYLLAMA_QK * b;
             const float d = pyllama_half_at(blk) * a->d[b];
-            float* acc = (b & 1) ? a1 : a0;
             for (int l = 0; l < 8; l++) {
                 int32_t s = 0;
                 for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * xq[4 * l + k];
@@ -131,8 +131,81 @@ cdef extern from *:
             if (PL_HAS_MIN(kind)) mins = fmaf(pyllama_half_at(blk + 2), a->s[b], mins);
         }
     #endif
+        return pyllama_qreduce8(acc) + mins;
+    }
+
+    /* ggml_vec_dot_iq4_nl_q8_0's order (AVX2): blocks in pairs into two accumulators (even, odd), added
+       lane-wise and reduced as hsum_float_8 does; an odd last block is added after that as
+       total + (d_x * d_w) * (float)isum, two roundings. */
+    static inline float pyllama_dot_iq4_nl_pairs(const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
+        const ptrdiff_t nb = cols / PYLLAMA_QK, bytes = pyllama_legacy_bytes[PL_IQ4_NL];
+        float a0[8], a1[8], mins = 0.0f;
+        ptrdiff_t b = 0;
+    #if PYLLAMA_QBLOCKS_AVX2
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        for (; b + 1 < nb; b += 2) {
+            const uint8_t* blk = w + bytes * b;
+            pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
+            acc0 = pyllama_legacy_block_avx2(PL_IQ4_NL, blk, a, b, acc0, &mins);
+            acc1 = pyllama_legacy_block_avx2(PL_IQ4_NL, blk + bytes, a, b + 1, acc1, &mins);
+        }
+        _mm256_storeu_ps(a0, acc0);
+        _mm256_storeu_ps(a1, acc1);
+    #else
+        for (int l = 0; l < 8; l++) { a0[l] = 0.0f; a1[l] = 0.0f; }
+        for (; b < nb - (nb & 1); b++) {
+            const uint8_t* blk = w + bytes * b;
+            if ((b & 1) == 0) pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
+            int8_t wq[32];
+            pyllama_legacy_unpack(PL_IQ4_NL, blk, wq);
+            const int8_t* xq = a->q + PYLLAMA_QK * b;
+            const float d = pyllama_half_at(blk) * a->d[b];
+            float* acc = (b & 1) ? a1 : a0;
+            for (int l = 0; l < 8; l++) {
+                int32_t s = 0;
+                for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * xq[4 * l + k];
+                acc[l] = fmaf(d, (float)s, acc[l]);
+            }
+        }
+    #endif
         for (int l = 0; l < 8; l++) a0[l] = a0[l] + a1[l];
-        return pyllama_qreduce8(a0) + mins;
+        float total = pyllama_qreduce8(a0);
+        if (b < nb) {
+            const uint8_t* blk = w + bytes * b;
+            int8_t wq[32];
+            int32_t lo, hi;
+            pyllama_legacy_unpack(PL_IQ4_NL, blk, wq);
+            pyllama_dot32_halves(wq, a->q + PYLLAMA_QK * b, &lo, &hi);
+            /* ggml rounds this product before the add: volatile keeps the compiler from fusing them */
+            volatile float tail = (a->d[b] * pyllama_half_at(blk)) * (float)(lo + hi);
+            total = total + tail;
+        }
+        return total;
+    }
+
+    /* ggml's order for the weights it repacks into 8-row groups on AVX2 (Q4_0 and IQ4_NL when the row
+       count is a multiple of 8: gemv/gemm_q4_0_8x8_q8_0): per block the whole 32-product integer sum
+       (exact), then one float chain acc = fma((float)isum, d_w * d_x, acc) over the blocks in order. */
+    static inline float pyllama_dot_legacy_chain(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
+        const ptrdiff_t nb = cols / PYLLAMA_QK, bytes = pyllama_legacy_bytes[kind];
+        float acc = 0.0f;
+        for (ptrdiff_t b = 0; b < nb; b++) {
+            const uint8_t* blk = w + bytes * b;
+            if ((b & 1) == 0) pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
+            int32_t lo, hi;
+    #if PYLLAMA_QBLOCKS_AVX2
+            const __m256i l = pyllama_lanes_i8(pyllama_legacy_unpack_avx2(kind, blk),
+                                               _mm256_loadu_si256((const __m256i*)(a->q + PYLLAMA_QK * b)));
+            lo = pyllama_hsum_i32x4(_mm256_castsi256_si128(l));
+            hi = pyllama_hsum_i32x4(_mm256_extracti128_si256(l, 1));
+    #else
+            int8_t wq[32];
+            pyllama_legacy_unpack(kind, blk, wq);
+            pyllama_dot32_halves(wq, a->q + PYLLAMA_QK * b, &lo, &hi);
+    #endif
+            acc = fmaf((float)(lo + hi), pyllama_half_at(blk) * a->d[b], acc);
+        }
+        return acc;
     }
 
     static float pyllama_dot_q4_0(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
@@ -148,7 +221,13 @@ cdef extern from *:
         return pyllama_dot_legacy(PL_Q5_1, w, a, n);
     }
     static float pyllama_dot_iq4_nl(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
-        return pyllama_dot_legacy(PL_IQ4_NL, w, a, n);
+        return pyllama_dot_iq4_nl_pairs(w, a, n);
+    }
+    static float pyllama_dot_q4_0_chain(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_legacy_chain(PL_Q4_0, w, a, n);
+    }
+    static float pyllama_dot_iq4_nl_chain(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+        return pyllama_dot_legacy_chain(PL_IQ4_NL, w, a, n);
     }
 
     /* BF16 row times the float32 activation: 32 lanes (j mod 32), then the tail in order */
@@ -202,6 +281,9 @@ cdef extern from *:
     float dot_q5_0 "pyllama_dot_q5_0"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q5_1 "pyllama_dot_q5_1"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_iq4_nl "pyllama_dot_iq4_nl"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_q4_0_chain "pyllama_dot_q4_0_chain"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_iq4_nl_chain "pyllama_dot_iq4_nl_chain"(const uint8_t* w, const pyllama_qact* a,
+                                                      Py_ssize_t n) noexcept nogil
     float dot_bf16 "pyllama_dot_bf16"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     void dequantize_legacy "pyllama_dequantize_legacy"(int kind, const uint8_t* data, Py_ssize_t row, float* out,
                                                        Py_ssize_t cols) noexcept nogil
@@ -224,7 +306,9 @@ cdef inline int legacy_kind(int qtype) noexcept nogil:
 cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                          int n_threads) noexcept nogil:
     """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for any type of this module (dispatch on m.qtype)."""
-    cdef row_dot_fn dot = <row_dot_fn>dot_q4_0
+    # llama.cpp repacks Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 (see the docstring)
+    cdef bint repacked = m.rows % 8 == 0
+    cdef row_dot_fn dot = <row_dot_fn>(dot_q4_0_chain if repacked else dot_q4_0)
     cdef int act = ACT_Q8_0
     if m.qtype == QTYPE_BF16:
         quant_product(out, m, x, n_pos, scratch, n_threads, <row_dot_fn>dot_bf16, ACT_F32, m.cols * 2)
@@ -236,7 +320,7 @@ cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t
     elif m.qtype == QTYPE_Q5_1:
         dot, act = <row_dot_fn>dot_q5_1, ACT_Q8_1
     elif m.qtype == QTYPE_IQ4_NL:
-        dot = <row_dot_fn>dot_iq4_nl
+        dot = <row_dot_fn>(dot_iq4_nl_chain if repacked else dot_iq4_nl)
     quant_product(out, m, x, n_pos, scratch, n_threads, dot, act, legacy_row_bytes(legacy_kind(m.qtype), m.cols))
 
 cdef void dequantize_row_qlegacy(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:

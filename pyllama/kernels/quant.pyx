@@ -186,30 +186,21 @@ cdef extern from *:
     }
 
     static inline float pyllama_dot_q8_0(const uint8_t* w, const int8_t* xq, const float* xs, ptrdiff_t n_blocks) {
-        float a0[8], a1[8];
+        float acc[8];
     #if defined(__AVX2__) && defined(__FMA__)
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-        ptrdiff_t b = 0;
-        for (; b + 1 < n_blocks; b += 2) {
+        __m256 vacc = _mm256_setzero_ps();
+        for (ptrdiff_t b = 0; b < n_blocks; b++) {
             const uint8_t* blk = w + 34 * b;
-            pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
-            pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
-            const __m256i s0 = pyllama_dot4_i8(blk + 2, xq + 32 * b);
-            const __m256i s1 = pyllama_dot4_i8(blk + 36, xq + 32 * b + 32);
-            const __m256 d0 = _mm256_set1_ps(pyllama_q8_0_scale(blk, xs, b));
-            const __m256 d1 = _mm256_set1_ps(pyllama_q8_0_scale(blk + 34, xs, b + 1));
-            acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-            acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc1);
+            if ((b & 1) == 0) {
+                pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
+                pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
+            }
+            const __m256i s = pyllama_dot4_i8(blk + 2, xq + 32 * b);
+            vacc = _mm256_fmadd_ps(_mm256_set1_ps(pyllama_q8_0_scale(blk, xs, b)), _mm256_cvtepi32_ps(s), vacc);
         }
-        if (b < n_blocks) {
-            const __m256i s0 = pyllama_dot4_i8(w + 34 * b + 2, xq + 32 * b);
-            const __m256 d0 = _mm256_set1_ps(pyllama_q8_0_scale(w + 34 * b, xs, b));
-            acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-        }
-        _mm256_storeu_ps(a0, acc0);
-        _mm256_storeu_ps(a1, acc1);
+        _mm256_storeu_ps(acc, vacc);
     #else
-        for (int l = 0; l < 8; l++) { a0[l] = 0.0f; a1[l] = 0.0f; }
+        for (int l = 0; l < 8; l++) acc[l] = 0.0f;
         for (ptrdiff_t b = 0; b < n_blocks; b++) {
             const uint8_t* blk = w + 34 * b;
             if ((b & 1) == 0) {
@@ -219,16 +210,14 @@ cdef extern from *:
             const int8_t* wq = (const int8_t*)(blk + 2);
             const int8_t* xb = xq + 32 * b;
             const float d = pyllama_q8_0_scale(blk, xs, b);
-            float* acc = (b & 1) ? a1 : a0;
             for (int l = 0; l < 8; l++) {
                 int32_t s = 0;
                 for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * (int32_t)xb[4 * l + k];
-                acc[l] = acc[l] + d * (float)s;
+                acc[l] = fmaf(d, (float)s, acc[l]);
             }
         }
     #endif
-        for (int l = 0; l < 8; l++) a0[l] = a0[l] + a1[l];
-        return pyllama_reduce8(a0);
+        return pyllama_reduce8(acc);
     }
     """
     float half_to_float "pyllama_half_to_float"(uint16_t h) noexcept nogil
