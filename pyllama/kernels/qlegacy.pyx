@@ -31,7 +31,8 @@ from libc.stdint cimport uint8_t
 
 from pyllama.kernels.matvec cimport (Matrix, QuantScratch, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
                                      QTYPE_IQ4_NL, QTYPE_BF16)
-from pyllama.kernels.qproduct cimport (pyllama_qact, row_dot_fn, quant_product, ACT_Q8_0, ACT_Q8_1, ACT_F32)
+from pyllama.kernels.qproduct cimport (pyllama_qact, row_dot_fn, group8_dot_fn, quant_product, quant_product_groups8,
+                                      ACT_Q8_0, ACT_Q8_1, ACT_F32)
 
 cdef extern from *:
     """
@@ -208,6 +209,76 @@ cdef extern from *:
         return acc;
     }
 
+    static inline short pyllama_i16_at(const uint8_t* p) {
+        short v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+
+    /* Eight consecutive rows at once in the chain order above (lane j = row j, so each lane is exactly
+       pyllama_dot_legacy_chain of its row): per block, the eight 32-product integer sums are reduced
+       into one vector (hadd, exact), scaled by the eight d_w * d_x and fused-multiply-added into the
+       eight chains. The activation block is loaded once for the eight rows; the next group of rows is
+       prefetched as a linear stream. out[0..7] are rows w, w + row_bytes, ... */
+    static void pyllama_dot8_legacy_chain(int kind, const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a,
+                                          ptrdiff_t cols, float* out) {
+        const ptrdiff_t nb = cols / PYLLAMA_QK, bytes = pyllama_legacy_bytes[kind];
+    #if PYLLAMA_QBLOCKS_AVX2 && defined(__F16C__)
+        const uint8_t* next = w + 8 * row_bytes;
+        const __m256i ones16 = _mm256_set1_epi16(1);
+        __m256 acc = _mm256_setzero_ps();
+        for (ptrdiff_t b = 0; b < nb; b++) {
+            pyllama_qprefetch(next + 144 * b);
+            pyllama_qprefetch(next + 144 * b + 64);
+            pyllama_qprefetch(next + 144 * b + 128);
+            const __m256i xq = _mm256_loadu_si256((const __m256i*)(a->q + PYLLAMA_QK * b));
+            __m256i l[8];
+            for (int j = 0; j < 8; j++) {
+                const uint8_t* blk = w + j * row_bytes + bytes * b;
+                if (kind == PL_Q4_0) {
+                    /* (q - 8) x = q x - 8 x: unsigned nibbles need no sign trick; 8 * sum(x) comes off below.
+                       The 16 bytes in both halves, the high half shifted by 4: low nibbles, then high. */
+                    const __m256i packed = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(blk + 2)));
+                    const __m256i q = _mm256_and_si256(_mm256_srlv_epi64(packed, _mm256_set_epi64x(4, 4, 0, 0)),
+                                                       _mm256_set1_epi8(15));
+                    l[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), ones16);
+                } else {
+                    l[j] = pyllama_lanes_i8(pyllama_legacy_unpack_avx2(kind, blk), xq);
+                }
+            }
+            const __m256i s0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(l[0], l[1]), _mm256_hadd_epi32(l[2], l[3]));
+            const __m256i s4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(l[4], l[5]), _mm256_hadd_epi32(l[6], l[7]));
+            __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20),
+                                            _mm256_permute2x128_si256(s0123, s4567, 0x31));
+            if (kind == PL_Q4_0) {
+                const __m256i lx = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xq), ones16);
+                const __m128i x4 = _mm_add_epi32(_mm256_castsi256_si128(lx), _mm256_extracti128_si256(lx, 1));
+                isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * pyllama_hsum_i32x4(x4)));
+            }
+            const uint8_t* d0 = w + bytes * b;
+            const __m256 dw = _mm256_cvtph_ps(_mm_set_epi16(
+                pyllama_i16_at(d0 + 7 * row_bytes), pyllama_i16_at(d0 + 6 * row_bytes),
+                pyllama_i16_at(d0 + 5 * row_bytes), pyllama_i16_at(d0 + 4 * row_bytes),
+                pyllama_i16_at(d0 + 3 * row_bytes), pyllama_i16_at(d0 + 2 * row_bytes),
+                pyllama_i16_at(d0 + row_bytes), pyllama_i16_at(d0)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a->d[b])), acc);
+        }
+        _mm256_storeu_ps(out, acc);
+    #else
+        (void)nb;
+        (void)bytes;
+        for (int j = 0; j < 8; j++) out[j] = pyllama_dot_legacy_chain(kind, w + j * row_bytes, a, cols);
+    #endif
+    }
+    static void pyllama_dot8_q4_0_chain(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a, ptrdiff_t n,
+                                        float* out) {
+        pyllama_dot8_legacy_chain(PL_Q4_0, w, row_bytes, a, n, out);
+    }
+    static void pyllama_dot8_iq4_nl_chain(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a,
+                                          ptrdiff_t n, float* out) {
+        pyllama_dot8_legacy_chain(PL_IQ4_NL, w, row_bytes, a, n, out);
+    }
+
     static float pyllama_dot_q4_0(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
         return pyllama_dot_legacy(PL_Q4_0, w, a, n);
     }
@@ -222,12 +293,6 @@ cdef extern from *:
     }
     static float pyllama_dot_iq4_nl(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
         return pyllama_dot_iq4_nl_pairs(w, a, n);
-    }
-    static float pyllama_dot_q4_0_chain(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
-        return pyllama_dot_legacy_chain(PL_Q4_0, w, a, n);
-    }
-    static float pyllama_dot_iq4_nl_chain(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
-        return pyllama_dot_legacy_chain(PL_IQ4_NL, w, a, n);
     }
 
     /* BF16 row times the float32 activation: 32 lanes (j mod 32), then the tail in order */
@@ -281,9 +346,10 @@ cdef extern from *:
     float dot_q5_0 "pyllama_dot_q5_0"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q5_1 "pyllama_dot_q5_1"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_iq4_nl "pyllama_dot_iq4_nl"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
-    float dot_q4_0_chain "pyllama_dot_q4_0_chain"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
-    float dot_iq4_nl_chain "pyllama_dot_iq4_nl_chain"(const uint8_t* w, const pyllama_qact* a,
-                                                      Py_ssize_t n) noexcept nogil
+    void dot8_q4_0_chain "pyllama_dot8_q4_0_chain"(const uint8_t* w, Py_ssize_t row_bytes, const pyllama_qact* a,
+                                                   Py_ssize_t n, float* out) noexcept nogil
+    void dot8_iq4_nl_chain "pyllama_dot8_iq4_nl_chain"(const uint8_t* w, Py_ssize_t row_bytes, const pyllama_qact* a,
+                                                       Py_ssize_t n, float* out) noexcept nogil
     float dot_bf16 "pyllama_dot_bf16"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     void dequantize_legacy "pyllama_dequantize_legacy"(int kind, const uint8_t* data, Py_ssize_t row, float* out,
                                                        Py_ssize_t cols) noexcept nogil
@@ -307,8 +373,12 @@ cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t
                          int n_threads) noexcept nogil:
     """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for any type of this module (dispatch on m.qtype)."""
     # llama.cpp repacks Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 (see the docstring)
-    cdef bint repacked = m.rows % 8 == 0
-    cdef row_dot_fn dot = <row_dot_fn>(dot_q4_0_chain if repacked else dot_q4_0)
+    if m.rows % 8 == 0 and (m.qtype == QTYPE_Q4_0 or m.qtype == QTYPE_IQ4_NL):
+        quant_product_groups8(out, m, x, n_pos, scratch, n_threads,
+                              <group8_dot_fn>(dot8_q4_0_chain if m.qtype == QTYPE_Q4_0 else dot8_iq4_nl_chain),
+                              ACT_Q8_0, legacy_row_bytes(legacy_kind(m.qtype), m.cols))
+        return
+    cdef row_dot_fn dot = <row_dot_fn>dot_q4_0
     cdef int act = ACT_Q8_0
     if m.qtype == QTYPE_BF16:
         quant_product(out, m, x, n_pos, scratch, n_threads, <row_dot_fn>dot_bf16, ACT_F32, m.cols * 2)
@@ -320,7 +390,7 @@ cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t
     elif m.qtype == QTYPE_Q5_1:
         dot, act = <row_dot_fn>dot_q5_1, ACT_Q8_1
     elif m.qtype == QTYPE_IQ4_NL:
-        dot = <row_dot_fn>(dot_iq4_nl_chain if repacked else dot_iq4_nl)
+        dot = <row_dot_fn>dot_iq4_nl
     quant_product(out, m, x, n_pos, scratch, n_threads, dot, act, legacy_row_bytes(legacy_kind(m.qtype), m.cols))
 
 cdef void dequantize_row_qlegacy(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:
