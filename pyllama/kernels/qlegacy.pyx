@@ -12,18 +12,33 @@ Block layouts (ggml-common.h), weight value per element:
   float32 and documents the difference).
 
 Low nibbles are the block's elements 0-15, high nibbles 16-31; high bit j of a 5-bit type is bit j
-of the little-endian uint32. The arithmetic is llama.cpp's (``ggml_vec_dot_q4_0_q8_0`` and friends):
-per block, the integer products are summed exactly in 8 int32 lanes (lane l: elements 4l..4l+3),
-each lane is converted to float32 and fused-multiply-added with ``d_w * d_x`` into one of two
-accumulators (even and odd blocks), which are added lane-wise and reduced in a fixed order. For
-Q4_1/Q5_1 the offset term ``m_w * s_x`` (s = d_x * sum q_x, from the Q8_1 activation) is a separate
-float32 sum over the blocks in order, added at the end. BF16 rows use 32 float lanes (j mod 32),
-reduced in a fixed order, then the last cols mod 32 products in order.
+of the little-endian uint32. Per block, the integer products are summed exactly; the float part
+follows, bit for bit, the kernel llama.cpp runs for the matrix on an AVX2 CPU (ggml-cpu's
+arch/x86/quants.c and repack.cpp; checked against libggml-cpu's own ``vec_dot`` and
+``gemv_q4_0_8x8_q8_0`` on random rows, and by tests/test_ggml_order.py):
+
+* ``ggml_vec_dot_*`` (Q4_1, Q5_0, Q5_1; Q4_0 and IQ4_NL when the row count is not a multiple of 8):
+  8 int32 lanes per block (lane l: elements 4l..4l+3), each converted to float32 and fused-multiply-
+  added with ``d_w * d_x`` into ONE accumulator, block after block, then ``hsum_float_8``'s reduction
+  ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). For Q4_1/Q5_1 the offset term ``m_w * s_x`` (s = d_x * sum q_x,
+  from the Q8_1 activation) is a fused chain over the blocks in order, added last.
+* IQ4_NL's vec_dot takes blocks in pairs into two accumulators (even, odd), adds them lane-wise, reduces
+  as above, and adds an odd last block as total + (d_x * d_w) * isum (two roundings).
+* Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 are repacked by llama.cpp into 8-row
+  groups and multiplied by ``gemv/gemm_q4_0_8x8_q8_0`` (decode and prompt alike, the same arithmetic
+  per element): per block the whole 32-product integer sum, then one float chain
+  acc = fma((float)isum, d_w * d_x, acc). pyllama computes those matrices eight rows at a time
+  (``quant_product_groups8``), lane j of one vector being row j's chain, without repacking the mapped
+  file: the activation block is loaded once for the eight rows and, for Q4_0, the nibbles are used
+  unsigned, (q - 8)·x = q·x - 8·Σx, which is the same integer.
+
+BF16 rows use 32 float lanes (j mod 32), reduced in a fixed order, then the last cols mod 32 products
+in order.
 
 AVX2 (with FMA) and the portable C path compute the same integers and the same float operations (one
 rounding per fused multiply-add: ``_mm256_fmadd_ps`` or ``fmaf``), so the two builds give identical
-bits (checked: every type at three row lengths, an AVX2 build against a portable one, bit for bit); the
-tests compare either against gguf-py. There is no AVX-512 path here (an AVX-512 machine runs
+bits (checked: every type at several row counts and lengths, an AVX2 build against a portable one, bit
+for bit); the tests compare either against gguf-py and the emulation of ggml's order. There is no AVX-512 path here (an AVX-512 machine runs
 the AVX2 code, with the same bits).
 """
 

@@ -12,8 +12,9 @@
   which is what made the llama.cpp references), then each row is an integer dot product per block
   scaled by both block scales. Inside a block, products are summed exactly in 8 int32 lanes (lane l
   holds the 4 products 4l..4l+3: one ``vpdpbusd``, or ``maddubs`` + ``madd``), each lane is converted
-  to float and fused-multiply-added with the block's ``d_w * d_x`` into one of two accumulators (even
-  and odd blocks): no horizontal reduction per block, one fixed reduction per row.
+  to float and fused-multiply-added with the block's ``d_w * d_x`` into one accumulator, block after
+  block, then reduced as ggml's ``hsum_float_8`` does: the order of ``ggml_vec_dot_q8_0_q8_0`` on AVX2,
+  bit for bit (llama.cpp does not repack Q8_0 on x86; its prompt-time sgemm has the same order).
 * ``Q8_GROUPS`` — llama2.c version-2 checkpoints (``runq.c``): int8 weights with one float32 scale
   per ``group_size`` values; the activation is quantised the way ``runq.c`` does it (scale = max|x|
   / 127, round half away from zero) and each group is an integer dot scaled by both scales.
@@ -56,44 +57,7 @@ cdef extern from *:
     #define pyllama_prefetch(p) ((void)0)
     #endif
 
-    /* ---- IEEE binary16 <-> binary32 (exact one way, round to nearest-even the other) ---- */
-    #if defined(__F16C__)
-    static inline float pyllama_half_to_float(uint16_t h) { return _cvtsh_ss(h); }
-    static inline uint16_t pyllama_float_to_half(float x) { return (uint16_t)_cvtss_sh(x, 0); }
-    #elif defined(__FLT16_MANT_DIG__) && defined(__aarch64__)
-    static inline float pyllama_half_to_float(uint16_t h) {
-        _Float16 f; memcpy(&f, &h, 2); return (float)f;
-    }
-    static inline uint16_t pyllama_float_to_half(float x) {
-        _Float16 f = (_Float16)x; uint16_t h; memcpy(&h, &f, 2); return h;
-    }
-    #else
-    /* ggml's branch-free bit conversions (from Maratyszcza's FP16 library) */
-    static inline float pyllama_bits_f32(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
-    static inline uint32_t pyllama_f32_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
-    static inline float pyllama_half_to_float(uint16_t h) {
-        const uint32_t w = (uint32_t)h << 16;
-        const uint32_t sign = w & UINT32_C(0x80000000);
-        const uint32_t two_w = w + w;
-        const float normalized = pyllama_bits_f32((two_w >> 4) + (UINT32_C(0xE0) << 23)) * 0x1.0p-112f;
-        const float denormalized = pyllama_bits_f32((two_w >> 17) | (UINT32_C(126) << 23)) - 0.5f;
-        const uint32_t bits = two_w < (UINT32_C(1) << 27) ? pyllama_f32_bits(denormalized)
-                                                           : pyllama_f32_bits(normalized);
-        return pyllama_bits_f32(sign | bits);
-    }
-    static inline uint16_t pyllama_float_to_half(float f) {
-        float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
-        const uint32_t w = pyllama_f32_bits(f);
-        const uint32_t shl1_w = w + w;
-        const uint32_t sign = w & UINT32_C(0x80000000);
-        uint32_t bias = shl1_w & UINT32_C(0xFF000000);
-        if (bias < UINT32_C(0x71000000)) bias = UINT32_C(0x71000000);
-        base = pyllama_bits_f32((bias >> 1) + UINT32_C(0x07800000)) + base;
-        const uint32_t bits = pyllama_f32_bits(base);
-        const uint32_t nonsign = ((bits >> 13) & UINT32_C(0x00007C00)) + (bits & UINT32_C(0x00000FFF));
-        return (uint16_t)((sign >> 16) | (shl1_w > UINT32_C(0xFF000000) ? UINT16_C(0x7E00) : nonsign));
-    }
-    #endif
+    #include "halfbits.h"  /* pyllama_half_to_float, pyllama_float_to_half */
 
     /* ---- F16 row: sum_j half(w[j]) * x[j] ----
        64 float lanes, enough fused multiply-adds in flight to hide their latency: lane u accumulates
