@@ -38,16 +38,17 @@ in order.
 AVX2 (with FMA) and the portable C path compute the same integers and the same float operations (one
 rounding per fused multiply-add: ``_mm256_fmadd_ps`` or ``fmaf``), so the two builds give identical
 bits (checked: every type at several row counts and lengths, an AVX2 build against a portable one, bit
-for bit); the tests compare either against gguf-py and the emulation of ggml's order. There is no AVX-512 path here (an AVX-512 machine runs
-the AVX2 code, with the same bits).
+for bit); the tests compare either against gguf-py and the emulation of ggml's order. There is no
+AVX-512 path here (an AVX-512 machine runs the AVX2 code, with the same bits).
 """
 
 from libc.stdint cimport uint8_t
 
 from pyllama.kernels.matvec cimport (Matrix, QuantScratch, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
                                      QTYPE_IQ4_NL, QTYPE_BF16)
-from pyllama.kernels.qproduct cimport (pyllama_qact, row_dot_fn, group8_dot_fn, quant_product, quant_product_groups8,
-                                      ACT_Q8_0, ACT_Q8_1, ACT_F32)
+from pyllama.kernels.qproduct cimport (
+    pyllama_qact, row_dot_fn, group8_dot_fn, quant_product, quant_product_groups8, ACT_Q8_0, ACT_Q8_1, ACT_F32,
+)
 
 cdef extern from *:
     """
