@@ -34,7 +34,7 @@ from pyllama.kernels.qtypes import BY_QTYPE, STORED_TYPES
 
 U = 2.0**-24
 BLOCK_TYPES = [G.Q4_0, G.Q4_1, G.Q5_0, G.Q5_1, G.IQ4_NL, G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K, G.Q6_K]
-ROWS = [1, 3, 7, 31, 257]
+ROWS = [1, 3, 7, 31, 64, 257]  # 64: Q4_0/IQ4_NL take the 8-row (repacked) order
 
 
 def _cols(ggml_type: G) -> list[int]:
@@ -127,9 +127,10 @@ def test_dequantized_rows_match_gguf_py(ggml_type):
 
 
 @pytest.mark.parametrize("ggml_type", [*BLOCK_TYPES, G.BF16], ids=lambda t: t.name)
-def test_thread_counts_memmap_and_blocks_are_bitwise_equal(ggml_type, tmp_path):
+@pytest.mark.parametrize("rows", [301, 304])  # 304: Q4_0/IQ4_NL take the 8-row kernel
+def test_thread_counts_memmap_and_blocks_are_bitwise_equal(ggml_type, rows, tmp_path):
     rng = np.random.default_rng(11)
-    rows, cols = 301, 512  # above the serial threshold: the parallel path runs
+    cols = 512  # above the serial threshold: the parallel path runs
     raw = random_blocks(rng, ggml_type, rows, cols)
     path = tmp_path / "w.bin"
     raw.tofile(path)

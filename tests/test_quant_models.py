@@ -28,24 +28,29 @@ from pyllama.checkpoint import load_checkpoint
 from pyllama.model import Model
 
 # agreement at llama.cpp margin >= 0.02, measured with this build (positions considered, misses); the bound
-# asserted. The issue asks for 99%: met on the Q6_K file only. On these random-weight models one int8
-# rounding flip anywhere changes every later position (the K/V cache carries it), so over 128 tokens
-# agreement measures how long the two engines stay bit-close. With ggml's rmsnorm/SiLU (the GGUF
-# default) the first margin difference above 1e-3 comes at position 8 in the median of the 17 long
-# runs (mean 12.6), against 2 (mean 5.2) with run.c's; the Q5_1 and Q3_K_M files still differ from
-# position 0, so their block dot products do not yet sum their float parts in ggml's order.
+# asserted. The issue asks for 99%. On these random-weight models one int8 rounding flip anywhere changes
+# every later position (the K/V cache carries it), so over 128 tokens agreement measures how long the two
+# engines stay bit-close. The Q4_0 and Q5_1 products now add their float parts in the order of the kernel
+# llama.cpp runs for them (tests/test_ggml_order.py); with that, Q4_0's margins equal llama.cpp's to the
+# reference's 6 decimals until generated token 24-67 in the 5 of 8 runs that differ at all, Q5_1's until
+# 0-79. Those first differences come from outside the 32-value block products and the embedding rows,
+# which equal libggml-cpu's bit for bit. The likely sources are llama.cpp's batched prompt and its
+# attention, which sum in other orders.
 TINY_FILES = {
     "tiny-llama-q3_k_m.gguf": 0.96,  # measured 0.967 (457 positions, 15 misses)
-    "tiny-llama-q4_0.gguf": 0.98,  # measured 0.985 (601, 9)
-    "tiny-llama-q4_k_m.gguf": 0.98,  # measured 0.987 (594, 8)
-    "tiny-llama-q5_1.gguf": 0.98,  # measured 0.985 (469, 7)
-    "tiny-llama-q6_k.gguf": 0.99,  # measured 0.992 (472, 4)
+    "tiny-llama-q4_0.gguf": 0.985,  # measured 0.988 (601, 7); 0.985 (9) before ggml's order
+    "tiny-llama-q4_k_m.gguf": 0.98,  # measured 0.988 (594, 7)
+    "tiny-llama-q5_1.gguf": 0.99,  # measured 0.994 (469, 3); 0.985 (7) before ggml's order
+    "tiny-llama-q6_k.gguf": 0.99,  # measured 0.994 (472, 3)
 }
-TINY_ALWAYS_ABOVE = 1.0  # no disagreement where llama.cpp's margin is 1.0 or more (largest measured: 0.047)
+TINY_ALWAYS_ABOVE = 1.0  # no disagreement where llama.cpp's margin is 1.0 or more (largest measured: 0.060)
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_AGREEMENT = 0.95  # measured 0.975 (633 positions, 16 misses)
+# measured 0.965 (633 positions, 22 misses); 0.975 (16) before the Q4_1/Q8_0 products took ggml's order:
+# on this 30-layer model the margins already differ from the first positions of most runs (the
+# differences come from outside the block products), so the rate moves by chance a point either way
+SMOLLM2_AGREEMENT = 0.95
 SMOLLM2_ALWAYS_ABOVE = 2.0  # largest margin at which the two differ, measured: 0.81
-# median |pyllama margin - llama.cpp margin| over agreeing positions, measured 0.091 on SmolLM2 (30 layers:
+# median |pyllama margin - llama.cpp margin| over agreeing positions, measured 0.085 on SmolLM2 (30 layers:
 # today's Q8_0 path measured 0.088 on SmolLM2 requantised to Q8_0) and 0.0001-0.020 on the tiny files
 SMOLLM2_MEDIAN_MARGIN_DIFF = 0.15
 TINY_MEDIAN_MARGIN_DIFF = 0.04

@@ -7,9 +7,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "halfbits.h"
 
-static inline uint32_t pyllama_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float pyllama_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 static inline float pyllama_ggml_expf(float x) {
     const float r = 0x1.8p23f;

@@ -22,8 +22,9 @@ from cython.parallel cimport prange
 
 import numpy as np
 
+from pyllama.kernels.f16 cimport matvec_f16, matmul_f16
 from pyllama.kernels.quant cimport (
-    matvec_f16, matvec_q8_0, matvec_q8_groups, matmul_f16, matmul_q8_0, matmul_q8_groups, dequantize_row,
+    matvec_q8_0, matvec_q8_groups, matmul_q8_0, matmul_q8_groups, dequantize_row,
 )
 from pyllama.kernels.threads cimport team_size
 from pyllama.kernels.qlegacy cimport matmul_qlegacy, dequantize_row_qlegacy

@@ -20,6 +20,7 @@
 #if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
+#include "halfbits.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #define PYLLAMA_QBLOCKS_AVX2 1
@@ -37,43 +38,9 @@
 #endif
 #define PYLLAMA_QPREFETCH_AHEAD 4096 /* one page ahead of the mapped weight stream (see quant.pyx) */
 
-/* ---- binary16 / bfloat16 -> float32 (exact) and float32 -> binary16 (nearest-even) ---- */
-#if defined(__F16C__)
-static inline float pyllama_qh2f(uint16_t h) { return _cvtsh_ss(h); }
-static inline uint16_t pyllama_qf2h(float x) { return (uint16_t)_cvtss_sh(x, 0); }
-#else
-static inline float pyllama_qbits_f32(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
-static inline uint32_t pyllama_qf32_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
-/* the branch-free conversions of Maratyszcza's FP16 library, as ggml has them */
-static inline float pyllama_qh2f(uint16_t h) {
-    const uint32_t w = (uint32_t)h << 16;
-    const uint32_t sign = w & UINT32_C(0x80000000);
-    const uint32_t two_w = w + w;
-    const float normalized = pyllama_qbits_f32((two_w >> 4) + (UINT32_C(0xE0) << 23)) * 0x1.0p-112f;
-    const float denormalized = pyllama_qbits_f32((two_w >> 17) | (UINT32_C(126) << 23)) - 0.5f;
-    const uint32_t bits = two_w < (UINT32_C(1) << 27) ? pyllama_qf32_bits(denormalized)
-                                                       : pyllama_qf32_bits(normalized);
-    return pyllama_qbits_f32(sign | bits);
-}
-static inline uint16_t pyllama_qf2h(float f) {
-    float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
-    const uint32_t w = pyllama_qf32_bits(f);
-    const uint32_t shl1_w = w + w;
-    const uint32_t sign = w & UINT32_C(0x80000000);
-    uint32_t bias = shl1_w & UINT32_C(0xFF000000);
-    if (bias < UINT32_C(0x71000000)) bias = UINT32_C(0x71000000);
-    base = pyllama_qbits_f32((bias >> 1) + UINT32_C(0x07800000)) + base;
-    const uint32_t bits = pyllama_qf32_bits(base);
-    const uint32_t nonsign = ((bits >> 13) & UINT32_C(0x00007C00)) + (bits & UINT32_C(0x00000FFF));
-    return (uint16_t)((sign >> 16) | (shl1_w > UINT32_C(0xFF000000) ? UINT16_C(0x7E00) : nonsign));
-}
-#endif
-static inline float pyllama_bf2f(uint16_t h) {
-    const uint32_t w = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &w, 4);
-    return f;
-}
+/* ---- binary16 / bfloat16 (halfbits.h) ---- */
+#define pyllama_qh2f pyllama_half_to_float
+#define pyllama_qf2h pyllama_float_to_half
 static inline float pyllama_half_at(const uint8_t* p) {
     uint16_t h;
     memcpy(&h, p, 2);

@@ -17,6 +17,12 @@ cdef enum:
     ACT_F32 = 3      # kept as float32 (BF16 weights; see qlegacy.pyx)
 
 ctypedef float (*row_dot_fn)(const unsigned char* w, const pyllama_qact* a, Py_ssize_t cols) noexcept nogil
+# eight consecutive rows (w, w + row_bytes, ...) into out[0..7]
+ctypedef void (*group8_dot_fn)(const unsigned char* w, Py_ssize_t row_bytes, const pyllama_qact* a, Py_ssize_t cols,
+                               float* out) noexcept nogil
 
 cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                         int n_threads, row_dot_fn dot, int act, Py_ssize_t row_bytes) noexcept nogil
+cdef void quant_product_groups8(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos,
+                                QuantScratch* scratch, int n_threads, group8_dot_fn dot8, int act,
+                                Py_ssize_t row_bytes) noexcept nogil

@@ -39,11 +39,9 @@ cdef inline pyllama_qact activation_of(const QuantScratch* scratch, const float*
     return a
 
 
-cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                        int n_threads, row_dot_fn dot, int act, Py_ssize_t row_bytes) noexcept nogil:
-    cdef Py_ssize_t cols = m.cols, rows = m.rows
-    cdef Py_ssize_t p, r
-    cdef const unsigned char* w = <const unsigned char*>m.data
+cdef void quantize_positions(const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                             int act) noexcept nogil:
+    cdef Py_ssize_t p, cols = m.cols
     cdef pyllama_qact a
     for p in range(n_pos):
         a = activation_of(scratch, x, cols, p)
@@ -53,6 +51,15 @@ cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t 
             quantize_q8_1(<signed char*>a.q, <float*>a.d, <float*>a.s, a.x, cols)
         elif act == ACT_Q8_K:
             quantize_q8_k(<signed char*>a.q, <float*>a.d, <short*>a.bsums, a.x, cols)
+
+
+cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                        int n_threads, row_dot_fn dot, int act, Py_ssize_t row_bytes) noexcept nogil:
+    cdef Py_ssize_t cols = m.cols, rows = m.rows
+    cdef Py_ssize_t p, r
+    cdef const unsigned char* w = <const unsigned char*>m.data
+    cdef pyllama_qact a
+    quantize_positions(m, x, n_pos, scratch, act)
     if team_size(n_threads, rows * cols * n_pos // QBLOCK_WORK_DIV) == 1:
         for r in range(rows):
             for p in range(n_pos):
@@ -63,6 +70,28 @@ cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t 
         for p in range(n_pos):
             a = activation_of(scratch, x, cols, p)
             out[p * rows + r] = dot(w + r * row_bytes, &a, cols)
+
+
+cdef void quant_product_groups8(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos,
+                                QuantScratch* scratch, int n_threads, group8_dot_fn dot8, int act,
+                                Py_ssize_t row_bytes) noexcept nogil:
+    """quant_product for m.rows % 8 == 0 and a kernel of eight rows at once: element (p, r) is still one
+    fixed computation of row r and x[p], whatever n_pos or the thread count."""
+    cdef Py_ssize_t cols = m.cols, rows = m.rows
+    cdef Py_ssize_t p, g
+    cdef const unsigned char* w = <const unsigned char*>m.data
+    cdef pyllama_qact a
+    quantize_positions(m, x, n_pos, scratch, act)
+    if team_size(n_threads, rows * cols * n_pos // QBLOCK_WORK_DIV) == 1:
+        for g in range(rows // 8):
+            for p in range(n_pos):
+                a = activation_of(scratch, x, cols, p)
+                dot8(w + 8 * g * row_bytes, row_bytes, &a, cols, out + p * rows + 8 * g)
+        return
+    for g in prange(rows // 8, schedule="static", num_threads=n_threads):
+        for p in range(n_pos):
+            a = activation_of(scratch, x, cols, p)
+            dot8(w + 8 * g * row_bytes, row_bytes, &a, cols, out + p * rows + 8 * g)
 
 
 def quantize_activation_np(const float[::1] x, str kind):

@@ -1,11 +1,9 @@
 from pyllama.kernels.matvec cimport Matrix, QuantScratch
 
-cdef void matvec_f16(float* out, const Matrix* m, const float* x, int n_threads) noexcept nogil
 cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil
 cdef void matvec_q8_groups(float* out, const Matrix* m, const float* x, QuantScratch* scratch,
                            int n_threads) noexcept nogil
 # the block products: out[n_pos, rows] = x[n_pos, cols] @ W^T, element (p, i) bit-identical to matvec on x[p]
-cdef void matmul_f16(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, int n_threads) noexcept nogil
 cdef void matmul_q8_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                       int n_threads) noexcept nogil
 cdef void matmul_q8_groups(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,

@@ -1,10 +1,5 @@
-"""Matrix-vector products over quantised weights that never expand them to float32 in memory.
+"""Matrix-vector products over int8 weights (Q8_0, llama2.c's groups) that never expand them to float32.
 
-* ``F16`` — IEEE half rows (GGUF type 1). Each weight is converted to float32 in registers as it
-  is read (F16C/AVX-512 ``vcvtph2ps``, or ggml's branch-free bit conversion without F16C) and
-  multiplied with the float32 activation in 64 independent lanes reduced in a fixed order.
-  (llama.cpp rounds the activation to fp16 for its F16 matmuls; pyllama keeps it float32, which is
-  more accurate and costs nothing.)
 * ``Q8_0`` — ggml's block format (GGUF type 8): per 32 weights one fp16 scale ``d`` then 32 int8
   ``qs``; weight = d * qs. As llama.cpp does it (``ggml_vec_dot_q8_0_q8_0``): the activation vector
   is quantised once per matvec to Q8_0 blocks in the engine's ``QuantScratch`` (amax / 127 rounded
@@ -12,14 +7,15 @@
   which is what made the llama.cpp references), then each row is an integer dot product per block
   scaled by both block scales. Inside a block, products are summed exactly in 8 int32 lanes (lane l
   holds the 4 products 4l..4l+3: one ``vpdpbusd``, or ``maddubs`` + ``madd``), each lane is converted
-  to float and fused-multiply-added with the block's ``d_w * d_x`` into one of two accumulators (even
-  and odd blocks): no horizontal reduction per block, one fixed reduction per row.
+  to float and fused-multiply-added with the block's ``d_w * d_x`` into one accumulator, block after
+  block, then reduced as ggml's ``hsum_float_8`` does: the order of ``ggml_vec_dot_q8_0_q8_0`` on AVX2,
+  bit for bit (llama.cpp does not repack Q8_0 on x86; its prompt-time sgemm has the same order).
 * ``Q8_GROUPS`` — llama2.c version-2 checkpoints (``runq.c``): int8 weights with one float32 scale
   per ``group_size`` values; the activation is quantised the way ``runq.c`` does it (scale = max|x|
   / 127, round half away from zero) and each group is an integer dot scaled by both scales.
 
-The F16 and Q8_0 row kernels are C in the verbatim block below, with x86 intrinsics (AVX-512, or
-AVX2 + F16C + FMA) and a plain C path that computes the same lanes in the same order: written as
+F16 rows are ``f16.pyx``'s. The Q8_0 row kernel is C in the verbatim block below, with x86 intrinsics
+(AVX2 + FMA, VNNI when present) and a plain C path that computes the same lanes in the same order: written as
 Cython loops over ``float acc[16]`` with a conversion call, gcc left them scalar (checked with
 ``objdump``), and auto-vectorised int8 code came out as shuffles. Every matvec splits rows across
 OpenMP threads with a static schedule; a row is computed by one thread with fixed arithmetic, so
@@ -56,100 +52,7 @@ cdef extern from *:
     #define pyllama_prefetch(p) ((void)0)
     #endif
 
-    /* ---- IEEE binary16 <-> binary32 (exact one way, round to nearest-even the other) ---- */
-    #if defined(__F16C__)
-    static inline float pyllama_half_to_float(uint16_t h) { return _cvtsh_ss(h); }
-    static inline uint16_t pyllama_float_to_half(float x) { return (uint16_t)_cvtss_sh(x, 0); }
-    #elif defined(__FLT16_MANT_DIG__) && defined(__aarch64__)
-    static inline float pyllama_half_to_float(uint16_t h) {
-        _Float16 f; memcpy(&f, &h, 2); return (float)f;
-    }
-    static inline uint16_t pyllama_float_to_half(float x) {
-        _Float16 f = (_Float16)x; uint16_t h; memcpy(&h, &f, 2); return h;
-    }
-    #else
-    /* ggml's branch-free bit conversions (from Maratyszcza's FP16 library) */
-    static inline float pyllama_bits_f32(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
-    static inline uint32_t pyllama_f32_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
-    static inline float pyllama_half_to_float(uint16_t h) {
-        const uint32_t w = (uint32_t)h << 16;
-        const uint32_t sign = w & UINT32_C(0x80000000);
-        const uint32_t two_w = w + w;
-        const float normalized = pyllama_bits_f32((two_w >> 4) + (UINT32_C(0xE0) << 23)) * 0x1.0p-112f;
-        const float denormalized = pyllama_bits_f32((two_w >> 17) | (UINT32_C(126) << 23)) - 0.5f;
-        const uint32_t bits = two_w < (UINT32_C(1) << 27) ? pyllama_f32_bits(denormalized)
-                                                           : pyllama_f32_bits(normalized);
-        return pyllama_bits_f32(sign | bits);
-    }
-    static inline uint16_t pyllama_float_to_half(float f) {
-        float base = (fabsf(f) * 0x1.0p+112f) * 0x1.0p-110f;
-        const uint32_t w = pyllama_f32_bits(f);
-        const uint32_t shl1_w = w + w;
-        const uint32_t sign = w & UINT32_C(0x80000000);
-        uint32_t bias = shl1_w & UINT32_C(0xFF000000);
-        if (bias < UINT32_C(0x71000000)) bias = UINT32_C(0x71000000);
-        base = pyllama_bits_f32((bias >> 1) + UINT32_C(0x07800000)) + base;
-        const uint32_t bits = pyllama_f32_bits(base);
-        const uint32_t nonsign = ((bits >> 13) & UINT32_C(0x00007C00)) + (bits & UINT32_C(0x00000FFF));
-        return (uint16_t)((sign >> 16) | (shl1_w > UINT32_C(0xFF000000) ? UINT16_C(0x7E00) : nonsign));
-    }
-    #endif
-
-    /* ---- F16 row: sum_j half(w[j]) * x[j] ----
-       64 float lanes, enough fused multiply-adds in flight to hide their latency: lane u accumulates
-       j = u (mod 64) over the whole groups of 64, lanes 0..15 then take the remaining whole groups of
-       16, the lanes are reduced in a fixed order ((u, u+16, u+32, u+48), then (u, u+4, u+8, u+12),
-       then (0+2)+(1+3)) and the last n mod 16 products are added in order. AVX-512: four zmm;
-       F16C + FMA: eight ymm; elsewhere plain C over the same lanes. */
-    static inline float pyllama_dot_f16(const uint16_t* w, const float* x, ptrdiff_t n) {
-        const ptrdiff_t n_wide = n - n % 64, n_main = n - n % 16;
-        ptrdiff_t j;
-        float l[64];
-    #if defined(__AVX512F__)
-        __m512 a[4];
-        for (int k = 0; k < 4; k++) a[k] = _mm512_setzero_ps();
-        for (j = 0; j < n_wide; j += 64) {
-            pyllama_prefetch((const char*)(w + j) + PYLLAMA_PREFETCH_AHEAD);
-            pyllama_prefetch((const char*)(w + j) + PYLLAMA_PREFETCH_AHEAD + 64);
-            for (int k = 0; k < 4; k++)
-                a[k] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(w + j + 16 * k))),
-                                       _mm512_loadu_ps(x + j + 16 * k), a[k]);
-        }
-        for (; j < n_main; j += 16)
-            a[0] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(w + j))),
-                                   _mm512_loadu_ps(x + j), a[0]);
-        for (int k = 0; k < 4; k++) _mm512_storeu_ps(l + 16 * k, a[k]);
-    #elif defined(__F16C__) && defined(__FMA__)
-        __m256 a[8];
-        for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
-        for (j = 0; j < n_wide; j += 64) {
-            pyllama_prefetch((const char*)(w + j) + PYLLAMA_PREFETCH_AHEAD);
-            pyllama_prefetch((const char*)(w + j) + PYLLAMA_PREFETCH_AHEAD + 64);
-            for (int k = 0; k < 8; k++)
-                a[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w + j + 8 * k))),
-                                       _mm256_loadu_ps(x + j + 8 * k), a[k]);
-        }
-        for (; j < n_main; j += 16)
-            for (int k = 0; k < 2; k++)
-                a[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(w + j + 8 * k))),
-                                       _mm256_loadu_ps(x + j + 8 * k), a[k]);
-        for (int k = 0; k < 8; k++) _mm256_storeu_ps(l + 8 * k, a[k]);
-    #else
-        for (int u = 0; u < 64; u++) l[u] = 0.0f;
-        for (j = 0; j < n_wide; j += 64) {
-            pyllama_prefetch((const char*)(w + j) + PYLLAMA_PREFETCH_AHEAD);
-            pyllama_prefetch((const char*)(w + j) + PYLLAMA_PREFETCH_AHEAD + 64);
-            for (int u = 0; u < 64; u++) l[u] = l[u] + pyllama_half_to_float(w[j + u]) * x[j + u];
-        }
-        for (; j < n_main; j += 16)
-            for (int u = 0; u < 16; u++) l[u] = l[u] + pyllama_half_to_float(w[j + u]) * x[j + u];
-    #endif
-        for (int u = 0; u < 16; u++) l[u] = (l[u] + l[u + 16]) + (l[u + 32] + l[u + 48]);
-        for (int u = 0; u < 4; u++) l[u] = (l[u] + l[u + 4]) + (l[u + 8] + l[u + 12]);
-        float total = (l[0] + l[2]) + (l[1] + l[3]);
-        for (j = n_main; j < n; j++) total = total + pyllama_half_to_float(w[j]) * x[j];
-        return total;
-    }
+    #include "halfbits.h"  /* pyllama_half_to_float, pyllama_float_to_half */
 
     /* ---- Q8_0 row times the Q8_0-quantised activation ----
        A block is fp16 d then 32 int8. Per block, 8 int32 lanes: lane l = sum_k w[4l+k] x[4l+k]
@@ -186,30 +89,21 @@ cdef extern from *:
     }
 
     static inline float pyllama_dot_q8_0(const uint8_t* w, const int8_t* xq, const float* xs, ptrdiff_t n_blocks) {
-        float a0[8], a1[8];
+        float acc[8];
     #if defined(__AVX2__) && defined(__FMA__)
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-        ptrdiff_t b = 0;
-        for (; b + 1 < n_blocks; b += 2) {
+        __m256 vacc = _mm256_setzero_ps();
+        for (ptrdiff_t b = 0; b < n_blocks; b++) {
             const uint8_t* blk = w + 34 * b;
-            pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
-            pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
-            const __m256i s0 = pyllama_dot4_i8(blk + 2, xq + 32 * b);
-            const __m256i s1 = pyllama_dot4_i8(blk + 36, xq + 32 * b + 32);
-            const __m256 d0 = _mm256_set1_ps(pyllama_q8_0_scale(blk, xs, b));
-            const __m256 d1 = _mm256_set1_ps(pyllama_q8_0_scale(blk + 34, xs, b + 1));
-            acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-            acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(s1), acc1);
+            if ((b & 1) == 0) {
+                pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
+                pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
+            }
+            const __m256i s = pyllama_dot4_i8(blk + 2, xq + 32 * b);
+            vacc = _mm256_fmadd_ps(_mm256_set1_ps(pyllama_q8_0_scale(blk, xs, b)), _mm256_cvtepi32_ps(s), vacc);
         }
-        if (b < n_blocks) {
-            const __m256i s0 = pyllama_dot4_i8(w + 34 * b + 2, xq + 32 * b);
-            const __m256 d0 = _mm256_set1_ps(pyllama_q8_0_scale(w + 34 * b, xs, b));
-            acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(s0), acc0);
-        }
-        _mm256_storeu_ps(a0, acc0);
-        _mm256_storeu_ps(a1, acc1);
+        _mm256_storeu_ps(acc, vacc);
     #else
-        for (int l = 0; l < 8; l++) { a0[l] = 0.0f; a1[l] = 0.0f; }
+        for (int l = 0; l < 8; l++) acc[l] = 0.0f;
         for (ptrdiff_t b = 0; b < n_blocks; b++) {
             const uint8_t* blk = w + 34 * b;
             if ((b & 1) == 0) {
@@ -219,60 +113,27 @@ cdef extern from *:
             const int8_t* wq = (const int8_t*)(blk + 2);
             const int8_t* xb = xq + 32 * b;
             const float d = pyllama_q8_0_scale(blk, xs, b);
-            float* acc = (b & 1) ? a1 : a0;
             for (int l = 0; l < 8; l++) {
                 int32_t s = 0;
                 for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * (int32_t)xb[4 * l + k];
-                acc[l] = acc[l] + d * (float)s;
+                acc[l] = fmaf(d, (float)s, acc[l]);
             }
         }
     #endif
-        for (int l = 0; l < 8; l++) a0[l] = a0[l] + a1[l];
-        return pyllama_reduce8(a0);
+        return pyllama_reduce8(acc);
     }
     """
     float half_to_float "pyllama_half_to_float"(uint16_t h) noexcept nogil
     uint16_t float_to_half "pyllama_float_to_half"(float x) noexcept nogil
-    float dot_f16 "pyllama_dot_f16"(const uint16_t* w, const float* x, Py_ssize_t n) noexcept nogil
     float dot_q8_0 "pyllama_dot_q8_0"(const uint8_t* w, const signed char* xq, const float* xs,
                                       Py_ssize_t n_blocks) noexcept nogil
 
 DEF QK8_0 = 32          # values per Q8_0 block
 DEF Q8_0_BYTES = 34     # fp16 scale + 32 int8
 # Small matrices are multiplied on the calling thread (threads.pyx counts work in float32
-# multiply-adds): F16 and int8 rows stream 2x and 4x faster than float32, so their work is the weight
-# count / 2 and / 4. (A row is one dot product whoever computes it.)
-DEF F16_WORK_DIV = 2
+# multiply-adds): int8 rows stream 4x faster than float32, so their work is the weight count / 4.
+# (A row is one dot product whoever computes it.)
 DEF Q8_WORK_DIV = 4
-
-
-# ---- F16 ---------------------------------------------------------------------------------------
-
-cdef void matvec_f16(float* out, const Matrix* m, const float* x, int n_threads) noexcept nogil:
-    cdef const uint16_t* w = <const uint16_t*>m.data
-    cdef Py_ssize_t cols = m.cols
-    cdef Py_ssize_t i
-    if team_size(n_threads, m.rows * cols // F16_WORK_DIV) == 1:
-        for i in range(m.rows):
-            out[i] = dot_f16(w + i * cols, x, cols)
-        return
-    for i in prange(m.rows, schedule="static", num_threads=n_threads):
-        out[i] = dot_f16(w + i * cols, x, cols)
-
-
-cdef void matmul_f16(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, int n_threads) noexcept nogil:
-    """out[p, i] = matvec_f16's out[i] for x[p]: a row is read once and dotted with every position."""
-    cdef const uint16_t* w = <const uint16_t*>m.data
-    cdef Py_ssize_t cols = m.cols, rows = m.rows
-    cdef Py_ssize_t i, p
-    if team_size(n_threads, rows * cols * n_pos // F16_WORK_DIV) == 1:
-        for i in range(rows):
-            for p in range(n_pos):
-                out[p * rows + i] = dot_f16(w + i * cols, x + p * cols, cols)
-        return
-    for i in prange(rows, schedule="static", num_threads=n_threads):
-        for p in range(n_pos):
-            out[p * rows + i] = dot_f16(w + i * cols, x + p * cols, cols)
 
 
 # ---- Q8_0 --------------------------------------------------------------------------------------
