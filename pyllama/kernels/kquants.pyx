@@ -124,12 +124,50 @@ cdef extern from *:
         return n_sub;
     }
 
-    #if PYLLAMA_QBLOCKS_AVX2
-    static inline int32_t pyllama_hsum_i32x8(__m256i v) {
-        return pyllama_hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+    /* the integer scales (16 per 16 values, or 8 per 32 for Q4_K/Q5_K) and mins of a super-block, its
+       fp16 d and dmin; returns the number of scales */
+    static inline int pyllama_kquant_scales_of(int kind, const uint8_t* blk, int* sc, int* mn, float* d,
+                                               float* dmin) {
+        if (kind == PK_Q2_K || kind == PK_Q3_K) return pyllama_kquant_scales(kind, blk, sc, mn, d, dmin);
+        if (kind == PK_Q6_K) {
+            for (int j = 0; j < 16; j++) { sc[j] = (int8_t)blk[192 + j]; mn[j] = 0; }
+            *d = pyllama_half_at(blk + 208);
+            *dmin = 0.0f;
+            return 16;
+        }
+        for (int j = 0; j < 8; j++) pyllama_k4_scale_min(blk + 4, j, &sc[j], &mn[j]);
+        *d = pyllama_half_at(blk);
+        *dmin = pyllama_half_at(blk + 2);
+        return 8;
     }
-    /* Σ_j sc_j Σ q_w q_x of a Q4_K / Q5_K super-block, unpacked in registers (exact int32) */
-    static inline int32_t pyllama_sumi_q45k_avx2(int kind, const uint8_t* blk, const int8_t* xq, const int* sc) {
+
+    /* ---- the 8 integer lanes of ggml's AVX2 K-quant dot products ----
+       For each run c of 32 values, lane l gets scale16[2c + l / 4] * Σ_{k = 4l..4l+3} q[32c+k] x[32c+k]
+       (maddubs, then madd with the scales), summed over the 8 runs; scale16 is the scale of each 16
+       values (a Q4_K/Q5_K scale covers two). q is the unsigned code for Q2_K, Q4_K, Q5_K and Q6_K
+       (Q6_K subtracts its 32 * scale * bsums afterwards, per lane), q - 4 (1 - high bit) for Q3_K. Every
+       lane is an exact int32 whichever path computes it. */
+    static inline void pyllama_klanes_c(const int8_t* q, int q_offset, const int8_t* xq, const int* sc16,
+                                        int32_t* lanes) {
+        for (int l = 0; l < 8; l++) lanes[l] = 0;
+        for (int c = 0; c < 8; c++)
+            for (int l = 0; l < 8; l++) {
+                int32_t s = 0;
+                for (int k = 4 * l; k < 4 * l + 4; k++) s += (q[32 * c + k] + q_offset) * xq[32 * c + k];
+                lanes[l] += sc16[2 * c + l / 4] * s;
+            }
+    }
+    /* Q6_K's lane l correction: 32 * (bsums[2l] sc[2l] + bsums[2l+1] sc[2l+1]) */
+    static inline int32_t pyllama_q6k_offset_lane(const int16_t* bs, const int* sc, int l) {
+        return 32 * (bs[2 * l] * sc[2 * l] + bs[2 * l + 1] * sc[2 * l + 1]);
+    }
+
+    #if PYLLAMA_QBLOCKS_AVX2
+    static inline __m256i pyllama_scale_pair(const int* sc16, int c) {
+        const int a = sc16[2 * c], b = sc16[2 * c + 1];
+        return _mm256_setr_epi32(a, a, a, a, b, b, b, b);
+    }
+    static inline __m256i pyllama_klanes_q45k_avx2(int kind, const uint8_t* blk, const int8_t* xq, const int* sc) {
         const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
         const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
         const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 16));
@@ -146,12 +184,10 @@ cdef extern from *:
             acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(l0, _mm256_set1_epi32(sc[2 * c])));
             acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(l1, _mm256_set1_epi32(sc[2 * c + 1])));
         }
-        return pyllama_hsum_i32x8(acc);
+        return acc;
     }
-    /* Σ_j sc_j Σ q_w q_x of a Q6_K super-block: lanes 0-3 of a 32-value dot are one 16-value sub-block,
-       lanes 4-7 the next */
-    static inline int32_t pyllama_sumi_q6k_avx2(const uint8_t* blk, const int8_t* xq, const int* sc) {
-        const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    static inline __m256i pyllama_klanes_q6k_avx2(const uint8_t* blk, const int8_t* xq, const int* sc) {
+        const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
         __m256i acc = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i a = _mm256_loadu_si256((const __m256i*)(blk + 64 * h));
@@ -166,19 +202,15 @@ cdef extern from *:
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
             for (int k = 0; k < 4; k++) {
-                const int j = 8 * h + 2 * k;
-                const __m256i lanes = pyllama_lanes_i8(_mm256_sub_epi8(q[k], off),
-                    _mm256_loadu_si256((const __m256i*)(xq + 128 * h + 32 * k)));
-                const __m256i scale = _mm256_setr_epi32(sc[j], sc[j], sc[j], sc[j], sc[j + 1], sc[j + 1], sc[j + 1],
-                                                        sc[j + 1]);
-                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(lanes, scale));
+                const __m256i lanes = pyllama_lanes_u8(q[k], _mm256_loadu_si256((const __m256i*)(xq + 128 * h + 32 * k)));
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(lanes, pyllama_scale_pair(sc, 4 * h + k)));
             }
         }
-        return pyllama_hsum_i32x8(acc);
+        return acc;
     }
-    /* the same for Q2_K / Q3_K: 2-bit planes (element 128c + 32s + l is bits 2s of qs[32c + l]); Q3_K
-       subtracts 4 where bit 4c+s of hmask[l] is clear */
-    static inline int32_t pyllama_sumi_q23k_avx2(int kind, const uint8_t* blk, const int8_t* xq, const int* sc) {
+    /* 2-bit planes: element 128c + 32s + l is bits 2s of qs[32c + l]; Q3_K subtracts 4 where bit 4c+s of
+       hmask[l] is clear */
+    static inline __m256i pyllama_klanes_q23k_avx2(int kind, const uint8_t* blk, const int8_t* xq, const int* sc) {
         const uint8_t* qs = blk + (kind == PK_Q2_K ? 16 : 32);
         const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
         const __m256i hm = _mm256_loadu_si256((const __m256i*)blk);
@@ -186,7 +218,7 @@ cdef extern from *:
         for (int c = 0; c < 2; c++) {
             const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
             for (int s = 0; s < 4; s++) {
-                const int i = 4 * c + s, j = 2 * i;
+                const int i = 4 * c + s;
                 __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * s), m2);
                 const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + 32 * i));
                 __m256i lanes;
@@ -197,72 +229,108 @@ cdef extern from *:
                 } else {
                     lanes = pyllama_lanes_u8(q, x);
                 }
-                const __m256i scale = _mm256_setr_epi32(sc[j], sc[j], sc[j], sc[j], sc[j + 1], sc[j + 1], sc[j + 1],
-                                                        sc[j + 1]);
-                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(lanes, scale));
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(lanes, pyllama_scale_pair(sc, i)));
             }
-        }
-        return pyllama_hsum_i32x8(acc);
-    }
-    #endif
-
-    /* Σ_j sc_j Σ q_w q_x of one super-block from its unpacked weights (any K-quant, any build) */
-    static inline int32_t pyllama_sumi_unpacked(const int8_t* q, const int8_t* xq, const int* sc, int n_sub) {
-        int32_t sumi = 0;
-        for (int i = 0; i < 8; i++) {
-            int32_t lo, hi;
-            pyllama_dot32_halves(q + 32 * i, xq + 32 * i, &lo, &hi);
-            sumi += n_sub == 8 ? sc[i] * (lo + hi) : sc[2 * i] * lo + sc[2 * i + 1] * hi;
-        }
-        return sumi;
-    }
-
-    static inline float pyllama_dot_kquant(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
-        const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
-        float acc = 0.0f;
-        for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
-            const uint8_t* blk = w + bytes * b;
-            pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
-            int8_t q[PYLLAMA_QK_K];
-            int sc[16], mn[16];
-            float d, dmin;
-            const int8_t* xq = a->q + PYLLAMA_QK_K * b;
-            const int16_t* bs = a->bsums + 16 * b;
-            int32_t sumi, summ = 0;
-            int n_sub;
-    #if PYLLAMA_QBLOCKS_AVX2
-            if (kind == PK_Q4_K || kind == PK_Q5_K) {
-                for (int j = 0; j < 8; j++) pyllama_k4_scale_min(blk + 4, j, &sc[j], &mn[j]);
-                d = pyllama_half_at(blk);
-                dmin = pyllama_half_at(blk + 2);
-                n_sub = 8;
-                sumi = pyllama_sumi_q45k_avx2(kind, blk, xq, sc);
-            } else if (kind == PK_Q6_K) {
-                for (int j = 0; j < 16; j++) sc[j] = (int8_t)blk[192 + j];
-                d = pyllama_half_at(blk + 208);
-                dmin = 0.0f;
-                n_sub = 16;
-                sumi = pyllama_sumi_q6k_avx2(blk, xq, sc);
-            } else if (kind == PK_Q2_K || kind == PK_Q3_K) {
-                n_sub = pyllama_kquant_scales(kind, blk, sc, mn, &d, &dmin);
-                sumi = pyllama_sumi_q23k_avx2(kind, blk, xq, sc);
-            } else
-    #endif
-            {
-                n_sub = pyllama_kquant_unpack(kind, blk, q, sc, mn, &d, &dmin);
-                sumi = pyllama_sumi_unpacked(q, xq, sc, n_sub);
-            }
-            if (kind == PK_Q2_K || kind == PK_Q4_K || kind == PK_Q5_K)
-                for (int i = 0; i < 8; i++)
-                    summ += n_sub == 8 ? mn[i] * (bs[2 * i] + bs[2 * i + 1])
-                                       : mn[2 * i] * bs[2 * i] + mn[2 * i + 1] * bs[2 * i + 1];
-            const float dx = a->d[b];
-            acc = fmaf(dx * d, (float)sumi, acc);
-            if (kind == PK_Q2_K || kind == PK_Q4_K || kind == PK_Q5_K) acc = fmaf(-(dx * dmin), (float)summ, acc);
         }
         return acc;
     }
+    #endif
 
+    /* A super-block's 8 integer lanes (see above), Q6_K's correction included, into lanes[8]. */
+    static inline void pyllama_kquant_lanes(int kind, const uint8_t* blk, const int8_t* xq, const int16_t* bs,
+                                            const int* sc, int n_sub, int32_t* lanes) {
+    #if PYLLAMA_QBLOCKS_AVX2
+        __m256i v;
+        if (kind == PK_Q4_K || kind == PK_Q5_K) v = pyllama_klanes_q45k_avx2(kind, blk, xq, sc);
+        else if (kind == PK_Q6_K) v = pyllama_klanes_q6k_avx2(blk, xq, sc);
+        else v = pyllama_klanes_q23k_avx2(kind, blk, xq, sc);
+        _mm256_storeu_si256((__m256i*)lanes, v);
+    #else
+        int8_t q[PYLLAMA_QK_K];
+        int sc16[16], mn[16];
+        float d, dmin;
+        pyllama_kquant_unpack(kind, blk, q, sc16, mn, &d, &dmin);
+        if (n_sub == 8)
+            for (int j = 7; j >= 0; j--) sc16[2 * j + 1] = sc16[2 * j] = sc[j];
+        pyllama_klanes_c(q, kind == PK_Q6_K ? 32 : 0, xq, sc16, lanes);
+    #endif
+        if (kind == PK_Q6_K)
+            for (int l = 0; l < 8; l++) lanes[l] -= pyllama_q6k_offset_lane(bs, sc, l);
+    }
+
+    /* acc[l] = fma(s, (float)lanes[l], acc[l]) for the 8 lanes (one rounding each; the AVX2 build
+       keeps the accumulators in a register, the same operation) */
+    typedef struct { float v[8]; } pyllama_acc8;
+    static inline void pyllama_acc8_fma(pyllama_acc8* acc, float s, const int32_t* lanes, int n) {
+        for (int l = 0; l < n; l++) acc->v[l] = fmaf(s, (float)lanes[l], acc->v[l]);
+    }
+
+    /* One row times a Q8_K activation, in the order of ggml_vec_dot_qN_K_q8_K's AVX2 code: per
+       super-block, d = d_x * d_w and -d_x * dmin_w; the 8 lanes of Σ sc q_w q_x fused into 8 float32
+       accumulators; the mins part of Q2_K fused into the same 8 (before the scales part), that of Q4_K
+       into 4 separate accumulators (lane l: the mins of the 32-value runs 2l and 2l+1), that of Q5_K
+       into one scalar; at the end ggml's hsum_float_8 ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus Q4_K's
+       (m0+m2)+(m1+m3) or Q5_K's scalar. */
+    static inline float pyllama_dot_kquant(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
+        const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
+        pyllama_acc8 acc = {{0}}, acc_m = {{0}};
+        float summs = 0.0f;
+        for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
+            const uint8_t* blk = w + bytes * b;
+            pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
+            int sc[16], mn[16];
+            int32_t lanes[8], mins[8];
+            float d, dmin;
+            const int8_t* xq = a->q + PYLLAMA_QK_K * b;
+            const int16_t* bs = a->bsums + 16 * b;
+            const int n_sub = pyllama_kquant_scales_of(kind, blk, sc, mn, &d, &dmin);
+            const float dx = a->d[b];
+            const float dd = dx * d, ndmin = -dx * dmin;
+            if (kind == PK_Q2_K) {
+                for (int l = 0; l < 8; l++) mins[l] = mn[2 * l] * bs[2 * l] + mn[2 * l + 1] * bs[2 * l + 1];
+                pyllama_acc8_fma(&acc, ndmin, mins, 8);
+            } else if (kind == PK_Q4_K) {
+                for (int l = 0; l < 4; l++)
+                    mins[l] = mn[2 * l] * (bs[4 * l] + bs[4 * l + 1]) + mn[2 * l + 1] * (bs[4 * l + 2] + bs[4 * l + 3]);
+                pyllama_acc8_fma(&acc_m, ndmin, mins, 4);
+            } else if (kind == PK_Q5_K) {
+                int32_t summ = 0;
+                for (int j = 0; j < 8; j++) summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+                summs = fmaf(ndmin, (float)summ, summs);
+            }
+            pyllama_kquant_lanes(kind, blk, xq, bs, sc, n_sub, lanes);
+            pyllama_acc8_fma(&acc, dd, lanes, 8);
+        }
+        const float total = pyllama_qreduce8(acc.v);
+        if (kind == PK_Q4_K) return total + ((acc_m.v[0] + acc_m.v[2]) + (acc_m.v[1] + acc_m.v[3]));
+        if (kind == PK_Q5_K) return total + summs;
+        return total;
+    }
+
+    /* Q4_K in the order of ggml's repacked AVX2 gemv (ggml_gemv_q4_K_8x8_q8_K), which llama.cpp runs for a
+       Q4_K matrix whose row count is a multiple of 8: per super-block the whole Σ_j sc_j Σ q_w q_x and
+       Σ_j m_j Σ q_x of the row, each fused into its own float32 accumulator with d_w * d_x and
+       dmin_w * d_x; the result is their difference. */
+    static float pyllama_dot_q4_k_x8(const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
+        float acc = 0.0f, acc_m = 0.0f;
+        for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
+            const uint8_t* blk = w + 144 * b;
+            pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
+            int sc[16], mn[16];
+            int32_t lanes[8];
+            float d, dmin;
+            const int16_t* bs = a->bsums + 16 * b;
+            pyllama_kquant_scales_of(PK_Q4_K, blk, sc, mn, &d, &dmin);
+            int32_t summ = 0;
+            for (int j = 0; j < 8; j++) summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+            pyllama_kquant_lanes(PK_Q4_K, blk, a->q + PYLLAMA_QK_K * b, bs, sc, 8, lanes);
+            const int32_t sumi = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+            const float dx = a->d[b];
+            acc = fmaf((float)sumi, d * dx, acc);
+            acc_m = fmaf((float)summ, dmin * dx, acc_m);
+        }
+        return acc - acc_m;
+    }
     static float pyllama_dot_q2_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
         return pyllama_dot_kquant(PK_Q2_K, w, a, n);
     }
@@ -299,6 +367,7 @@ cdef extern from *:
     float dot_q2_k "pyllama_dot_q2_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q3_k "pyllama_dot_q3_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q4_k "pyllama_dot_q4_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    float dot_q4_k_x8 "pyllama_dot_q4_k_x8"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q5_k "pyllama_dot_q5_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q6_k "pyllama_dot_q6_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     Py_ssize_t kquant_row_bytes "pyllama_kquant_row_bytes"(int kind, Py_ssize_t cols) noexcept nogil
@@ -327,7 +396,8 @@ cdef void matmul_kquant(float* out, const Matrix* m, const float* x, Py_ssize_t 
     elif m.qtype == QTYPE_Q3_K:
         dot = <row_dot_fn>dot_q3_k
     elif m.qtype == QTYPE_Q4_K:
-        dot = <row_dot_fn>dot_q4_k
+        # llama.cpp repacks a Q4_K matrix of 8k rows into 8-row groups on AVX2 and runs another order
+        dot = <row_dot_fn>(dot_q4_k_x8 if m.rows % 8 == 0 else dot_q4_k)
     elif m.qtype == QTYPE_Q5_K:
         dot = <row_dot_fn>dot_q5_k
     quant_product(out, m, x, n_pos, scratch, n_threads, dot, ACT_Q8_K, kquant_row_bytes(kquant_kind(m.qtype), m.cols))
