@@ -314,7 +314,6 @@ cdef extern from *:
     #endif
         for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
             const uint8_t* blk = w + bytes * b;
-            pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
             const int8_t* xq = a->q + PYLLAMA_QK_K * b;
             const int16_t* bs = a->bsums + 16 * b;
             const float dx = a->d[b];
@@ -391,7 +390,6 @@ cdef extern from *:
         float acc = 0.0f, acc_m = 0.0f;
         for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
             const uint8_t* blk = w + 144 * b;
-            pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
             const int16_t* bs = a->bsums + 16 * b;
             const int8_t* xq = a->q + PYLLAMA_QK_K * b;
             int32_t sumi, summ;
