@@ -28,20 +28,20 @@ from pyllama.checkpoint import load_checkpoint
 from pyllama.model import Model
 
 # agreement at llama.cpp margin >= 0.02, measured with this build (positions considered, misses); the bound
-# asserted. The issue asks for 99%: met on the Q6_K file only. On these random-weight models one int8
-# rounding flip anywhere changes every later position (the K/V cache carries it), so over 128 tokens
-# agreement measures how long the two engines stay bit-close. With ggml's rmsnorm/SiLU (the GGUF
-# default) the first margin difference above 1e-3 comes at position 8 in the median of the 17 long
-# runs (mean 12.6), against 2 (mean 5.2) with run.c's; the Q5_1 and Q3_K_M files still differ from
-# position 0, so their block dot products do not yet sum their float parts in ggml's order.
+# asserted. The issue asks for 99%: met on the Q6_K file. On these random-weight models one int8 rounding
+# flip anywhere changes every later position (the K/V cache carries it), so over 128 tokens agreement
+# measures how long the two engines stay bit-close. The K-quant products follow the float order of the
+# kernels llama.cpp runs on AVX2 bit for bit (kquants.pyx), which moved Q6_K from 0.992 to 0.996 and
+# Q3_K_M from 0.967 to 0.976; the files' other types (Q5_0 ffn_down in Q3_K_M and Q4_K_M, Q8_0 in Q6_K)
+# and llama.cpp's batched prompt kernels are still other orders, and Q3_K_M still differs from position 0.
 TINY_FILES = {
-    "tiny-llama-q3_k_m.gguf": 0.96,  # measured 0.967 (457 positions, 15 misses)
+    "tiny-llama-q3_k_m.gguf": 0.97,  # measured 0.976 (457 positions, 11 misses)
     "tiny-llama-q4_0.gguf": 0.98,  # measured 0.985 (601, 9)
     "tiny-llama-q4_k_m.gguf": 0.98,  # measured 0.987 (594, 8)
     "tiny-llama-q5_1.gguf": 0.98,  # measured 0.985 (469, 7)
-    "tiny-llama-q6_k.gguf": 0.99,  # measured 0.992 (472, 4)
+    "tiny-llama-q6_k.gguf": 0.99,  # measured 0.996 (472, 2)
 }
-TINY_ALWAYS_ABOVE = 1.0  # no disagreement where llama.cpp's margin is 1.0 or more (largest measured: 0.047)
+TINY_ALWAYS_ABOVE = 1.0  # no disagreement where llama.cpp's margin is 1.0 or more (largest measured: 0.060)
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_AGREEMENT = 0.95  # measured 0.975 (633 positions, 16 misses)
 SMOLLM2_ALWAYS_ABOVE = 2.0  # largest margin at which the two differ, measured: 0.81
