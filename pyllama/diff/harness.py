@@ -158,18 +158,7 @@ def run_diff(
     seg_infos, notes = _segment_infos(pr, sides)
     total = sum(s.compared for s in seg_infos)
     cols = _columns(total, config.n_layers)
-    show = progress if progress is not None else total >= PROGRESS_MIN_POSITIONS
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=total,
-            unit="pos",
-            desc=f"diff {sides[0].label} vs {sides[1].label}",
-            leave=False,
-            disable=None if progress is None else False,
-        )
+    bar = _progress_bar(progress, total, sides)
     pool = ThreadPoolExecutor(max_workers=1) if concurrent else None
     try:
         offsets = _teacher_force(pr, seg_infos, sides, cols, pool, bar, total_threads)
@@ -199,6 +188,16 @@ def run_diff(
         threads=total_threads,
         **cols,
     )
+
+
+def _progress_bar(progress: bool | None, total: int, sides: list[_Side]):
+    """A tqdm bar over the positions (None: none); ``progress`` None: only for long probes, on a terminal."""
+    if not (progress if progress is not None else total >= PROGRESS_MIN_POSITIONS):
+        return None
+    from tqdm.auto import tqdm
+
+    desc = f"diff {sides[0].label} vs {sides[1].label}"
+    return tqdm(total=total, unit="pos", desc=desc, leave=False, disable=None if progress is None else False)
 
 
 def _retrieval_rows(pr, seg_infos, offsets, cols, sides, tokenizer, greedy: bool) -> list:
