@@ -108,6 +108,67 @@ def test_metrics_against_plain_formulas():
     assert metrics.perplexity(np.log(np.array([0.5, 0.25, np.nan]))) == pytest.approx(np.sqrt(8))
 
 
+def _numpy_exp_is_libm() -> bool:
+    """numpy's float64 exp and log are the C library's where numpy has no vector version (AVX2 and
+    older): then the compiled metrics, which call the C library, give metrics.py's bits exactly."""
+    import math
+
+    x = np.random.default_rng(1).uniform(-80, 5, 4000)
+    y = -x[x < 0]
+    return [math.exp(v) for v in x] == np.exp(x).tolist() and [math.log(v) for v in y] == np.log(y).tolist()
+
+
+@pytest.mark.parametrize("vocab", [1, 7, 8, 9, 127, 128, 129, 257, 1000, 32000])
+def test_compiled_metrics_give_metrics_py_values(vocab):
+    from pyllama.diff._metrics import RowSoftmax, compare
+    from pyllama.diff.retrieval_scores import teacher_rank
+    from pyllama.kernels.threads import set_serial_below
+
+    rng = np.random.default_rng(vocab)
+    m = 8
+    la = (rng.standard_normal((m, vocab)) * 9).astype(np.float32)
+    lb = la + (rng.standard_normal((m, vocab)) * 0.3).astype(np.float32)
+    lb[0] = la[0]
+    nxt = rng.integers(0, vocab, m).astype(np.int32)
+    nxt[1] = -1
+    if vocab > 4:
+        la[2, 1], lb[3, 2], lb[4, 0] = np.nan, np.inf, -np.inf
+        la[5, :] = la[5, 0]  # every logit tied: the teacher's rank counts the smaller ids only
+        lb[6, nxt[6]] = lb[6].max()  # a tie for the top
+    with np.errstate(invalid="ignore"):  # the NaN and Inf rows
+        lpa, lpb, pa = metrics.log_softmax(la), metrics.log_softmax(lb), np.empty((m, vocab))
+        metrics.log_softmax(la, out=np.empty((m, vocab)), probs=pa)
+        expect = {
+            "max_abs": metrics.max_abs_diff(la, lb),
+            "kl": metrics.kl_divergence(lpa, lpb, pa),
+            "logp_a": metrics.teacher_logprob(lpa, nxt),
+            "logp_b": metrics.teacher_logprob(lpb, nxt),
+            "rank_a": teacher_rank(la, nxt),
+            "rank_b": teacher_rank(lb, nxt),
+        }
+    exact = _numpy_exp_is_libm()
+    previous = set_serial_below(0)  # 2 threads really split the rows
+    try:
+        for threads in (1, 2):
+            sa, sb = RowSoftmax(m + 3, vocab, keep_exps=True), RowSoftmax(m + 3, vocab)
+            sa.compute(la, threads)
+            sb.compute(lb, threads)
+            got = {k: np.full(m, 7.0) for k in ("max_abs", "kl", "logp_a", "logp_b")}
+            got.update(rank_a=np.zeros(m, dtype=np.int64), rank_b=np.zeros(m, dtype=np.int64))
+            compare(sa, sb, la, lb, nxt, *got.values(), n_threads=threads)
+            assert np.array_equal(sa.top1[:m], metrics.top1(la)) and np.array_equal(sb.top1[:m], metrics.top1(lb))
+            assert np.array_equal(sa.finite[:m], metrics.finite_rows(la))
+            for name, col in expect.items():
+                if exact or name in ("max_abs", "rank_a", "rank_b"):
+                    assert np.array_equal(got[name], col, equal_nan=True), (name, threads)
+                else:  # numpy's own vector exp/log (AVX-512): within a few ulp of the C library's
+                    np.testing.assert_allclose(got[name], col, rtol=1e-13, atol=1e-15, err_msg=name)
+    finally:
+        set_serial_below(previous)
+    with pytest.raises(ValueError, match="logits are 12 x"):
+        RowSoftmax(m, vocab).compute(np.zeros((12, vocab), dtype=np.float32))
+
+
 # ---- what the harness detects --------------------------------------------------------------------------
 def test_sliding32_is_causal_before_32_and_differs_after(stories_sliding32):
     r = stories_sliding32

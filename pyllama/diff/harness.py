@@ -10,8 +10,9 @@ block of positions are computed afterwards by ``classify_block``, the same per-e
 with the classifier read once per block (bit-identical to ``Engine.forward``'s logits; the tests
 check it). With two or more threads the two engines run a block concurrently, half the thread
 budget each (a native plugin's forward releases the GIL; a Python plugin holds it only inside its
-``attend``). Each side turns its block of logits into float64 log-probabilities; the comparison
-metrics are a few numpy calls per block.
+``attend``). Each side reduces its block of logits to its log-softmax's per-row constants (one exp
+per logit, ``_metrics.RowSoftmax``); the comparison metrics then take one compiled pass over both
+sides' rows per block (``_metrics.compare``), with exactly the values of ``metrics.py``'s numpy.
 
 A sequence longer than one plugin's ``max_positions`` is compared over the positions both hold,
 and the report says so.
@@ -30,9 +31,10 @@ from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_l
 from pyllama.attention.registry import create_plugin
 from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
+from pyllama.diff._metrics import RowSoftmax, compare
 from pyllama.diff.probes import Probe, ProbeSource, load_probe
 from pyllama.diff.report import DiffReport, RecallRow, SegmentInfo
-from pyllama.diff.retrieval_scores import diff_rows, greedy_decode, teacher_rank
+from pyllama.diff.retrieval_scores import diff_rows, greedy_decode
 from pyllama.engine import Engine
 from pyllama.errors import InputError, PluginError, PyllamaError
 
@@ -41,14 +43,16 @@ if TYPE_CHECKING:
     from pyllama.config import ModelConfig
     from pyllama.tokenizer.base import Tokenizer
 
-BLOCK = 64  # positions per block, at most: a block holds block x vocab float64 values a few times per side
+BLOCK = 64  # positions per block, at most: side A holds block x vocab float64 exps
 BLOCK_VALUES = 1 << 21  # so the block shrinks for large vocabularies (Qwen2's 151,936 -> 13 positions)
 PROGRESS_MIN_POSITIONS = 2000  # show a progress bar (on a terminal) for probes at least this long
 
 
 class _Side:
     """One engine with its block buffers. The engine skips its classifier; ``run`` applies it to the
-    whole block afterwards (``classify_block``: the same arithmetic, weights read once per block).
+    whole block afterwards (``classify_block``: the same arithmetic, weights read once per block),
+    then the log-softmax of every row (``softmax``; ``keep_exps``: side A, whose probabilities KL
+    weighs with).
 
     ``blocks``: the engine runs a block of positions at once (``Engine.forward_block``: the same bits
     as one ``forward`` per position; the ledger of each position comes from ``set_ledger``); False:
@@ -63,6 +67,7 @@ class _Side:
         weights: Weights,
         n_threads: int,
         blocks: bool = True,
+        keep_exps: bool = True,
     ) -> None:
         self.label = label
         self.engine = engine
@@ -74,8 +79,7 @@ class _Side:
         self.att = np.zeros((block, config.n_layers, config.q_dim), dtype=np.float32)
         self.mem = np.zeros(block, dtype=np.int64)
         self.bad_layer = np.full(block, -1, dtype=np.int32)  # the engine's nonfinite_layer per position
-        self.logp = np.zeros((block, config.vocab_size))  # float64 log-probabilities of the block
-        self.probs = np.zeros((block, config.vocab_size))
+        self.softmax = RowSoftmax(block, config.vocab_size, keep_exps)
         if blocks:
             engine.set_capture(self.att, self.hidden, logits=False)
             engine.set_ledger(self.mem)
@@ -98,8 +102,7 @@ class _Side:
         except Exception as exc:  # the plugin's failure (its attend or memory_bytes), in one line
             raise PluginError(f"{self.label}: failed at {where} {self.at} ({type(exc).__name__}: {exc})") from exc
         classify_block(self.classifier, self.hidden[:m], self.logits, self.n_threads)
-        # float64 log-softmax here, so the two sides do theirs concurrently (numpy releases the GIL)
-        metrics.log_softmax(self.logits[:m], out=self.logp[:m], probs=self.probs[:m])
+        self.softmax.compute(self.logits[:m], self.n_threads)  # here: the two sides run concurrently
 
     def _run_positions(self, tokens: np.ndarray, start: int) -> None:
         engine = self.engine
@@ -151,25 +154,14 @@ def run_diff(
         label, plugin = plugin_label(spec), create_plugin(spec)
         with plugin_calls(label, "init"):
             engine = Engine(config, weights, plugin, per_engine, max_block=block)
-        sides.append(_Side(label, engine, block, config, weights, per_engine, blocks))
+        sides.append(_Side(label, engine, block, config, weights, per_engine, blocks, keep_exps=not sides))
     seg_infos, notes = _segment_infos(pr, sides)
     total = sum(s.compared for s in seg_infos)
     cols = _columns(total, config.n_layers)
-    show = progress if progress is not None else total >= PROGRESS_MIN_POSITIONS
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=total,
-            unit="pos",
-            desc=f"diff {sides[0].label} vs {sides[1].label}",
-            leave=False,
-            disable=None if progress is None else False,
-        )
+    bar = _progress_bar(progress, total, sides)
     pool = ThreadPoolExecutor(max_workers=1) if concurrent else None
     try:
-        offsets = _teacher_force(pr, seg_infos, sides, cols, block, pool, bar)
+        offsets = _teacher_force(pr, seg_infos, sides, cols, pool, bar, total_threads)
     finally:
         if bar is not None:
             bar.close()
@@ -196,6 +188,16 @@ def run_diff(
         threads=total_threads,
         **cols,
     )
+
+
+def _progress_bar(progress: bool | None, total: int, sides: list[_Side]):
+    """A tqdm bar over the positions (None: none); ``progress`` None: only for long probes, on a terminal."""
+    if not (progress if progress is not None else total >= PROGRESS_MIN_POSITIONS):
+        return None
+    from tqdm.auto import tqdm
+
+    desc = f"diff {sides[0].label} vs {sides[1].label}"
+    return tqdm(total=total, unit="pos", desc=desc, leave=False, disable=None if progress is None else False)
 
 
 def _retrieval_rows(pr, seg_infos, offsets, cols, sides, tokenizer, greedy: bool) -> list:
@@ -259,10 +261,10 @@ def _columns(total: int, n_layers: int) -> dict[str, np.ndarray]:
     }
 
 
-def _teacher_force(pr, seg_infos, sides, cols, block, pool, bar) -> list[int]:
+def _teacher_force(pr, seg_infos, sides, cols, pool, bar, n_threads: int) -> list[int]:
     """Every segment through both sides, block by block, into ``cols``; the first row of each segment."""
     side_a, side_b = sides
-    scratch = np.empty((block, side_a.logits.shape[1]), dtype=np.float32)
+    block = side_a.mem.shape[0]
     row = 0
     offsets = []
     for si, (seg, info) in enumerate(zip(pr.segments, seg_infos, strict=True)):
@@ -289,32 +291,28 @@ def _teacher_force(pr, seg_infos, sides, cols, block, pool, bar) -> list[int]:
             cols["position"][r] = np.arange(c0, c1)
             cols["token"][r] = toks
             cols["next_token"][r] = nxt
-            _compare(cols, r, side_a, side_b, nxt, scratch[:m])
+            _compare(cols, r, side_a, side_b, nxt, n_threads)
             row += m
             if bar is not None:
                 bar.update(m)
     return offsets
 
 
-def _compare(cols: dict[str, np.ndarray], r: slice, side_a: _Side, side_b: _Side, nxt: np.ndarray, scratch) -> None:
-    """The metrics of one block of positions (rows ``r``), from both sides' buffers."""
+def _compare(cols: dict[str, np.ndarray], r: slice, side_a: _Side, side_b: _Side, nxt: np.ndarray, n_threads) -> None:
+    """The metrics of one block of positions (rows ``r``), from both sides' buffers: what
+    metrics.max_abs_diff, kl_divergence, top1, teacher_logprob and teacher_rank give, in one pass."""
     m = r.stop - r.start
     n_layers = cols["layer_err"].shape[1]
-    la, lb = side_a.logits[:m], side_b.logits[:m]
-    lpa, lpb = side_a.logp[:m], side_b.logp[:m]
-    cols["max_abs_dlogit"][r] = metrics.max_abs_diff(la, lb, scratch=scratch)
-    cols["kl"][r] = metrics.kl_divergence(lpa, lpb, side_a.probs[:m], scratch=side_b.probs[:m])
-    cols["top1_a"][r] = metrics.top1(la)
-    cols["top1_b"][r] = metrics.top1(lb)
-    cols["logp_a"][r] = metrics.teacher_logprob(lpa, nxt)
-    cols["logp_b"][r] = metrics.teacher_logprob(lpb, nxt)
-    cols["rank_a"][r] = teacher_rank(la, nxt)
-    cols["rank_b"][r] = teacher_rank(lb, nxt)
+    sa, sb = side_a.softmax, side_b.softmax
+    outs = [cols[k][r] for k in ("max_abs_dlogit", "kl", "logp_a", "logp_b", "rank_a", "rank_b")]
+    compare(sa, sb, side_a.logits[:m], side_b.logits[:m], nxt, *outs, n_threads=n_threads)
+    cols["top1_a"][r] = sa.top1[:m]
+    cols["top1_b"][r] = sb.top1[:m]
     cols["layer_err"][r] = metrics.relative_l2(side_a.att[:m], side_b.att[:m])
     cols["mem_a"][r] = side_a.mem[:m]
     cols["mem_b"][r] = side_b.mem[:m]
-    cols["nonfinite_a"][r] = metrics.nonfinite_layer(side_a.bad_layer[:m], la, n_layers)
-    cols["nonfinite_b"][r] = metrics.nonfinite_layer(side_b.bad_layer[:m], lb, n_layers)
+    cols["nonfinite_a"][r] = metrics.nonfinite_layer(side_a.bad_layer[:m], sa.finite[:m], n_layers)
+    cols["nonfinite_b"][r] = metrics.nonfinite_layer(side_b.bad_layer[:m], sb.finite[:m], n_layers)
 
 
 def _recall_rows(

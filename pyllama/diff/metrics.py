@@ -59,10 +59,11 @@ def top1(logits: np.ndarray) -> np.ndarray:
     return out
 
 
-def nonfinite_layer(first_bad_layer: np.ndarray, logits: np.ndarray, n_layers: int) -> np.ndarray:
+def nonfinite_layer(first_bad_layer: np.ndarray, finite_logits: np.ndarray, n_layers: int) -> np.ndarray:
     """Per row: the first layer whose output held NaN/Inf (the engine's ``nonfinite_layer``), else
-    ``n_layers`` when only the logits did (final norm or classifier), else -1 (all finite)."""
-    out = np.where(finite_rows(logits), -1, n_layers).astype(np.int32)
+    ``n_layers`` when only the logits did (final norm or classifier; ``finite_logits``: the rows'
+    ``finite_rows``), else -1 (all finite)."""
+    out = np.where(finite_logits, -1, n_layers).astype(np.int32)
     return np.where(first_bad_layer >= 0, first_bad_layer, out).astype(np.int32)
 
 

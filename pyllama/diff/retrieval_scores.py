@@ -35,6 +35,7 @@ from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_l
 from pyllama.attention.registry import create_plugin
 from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
+from pyllama.diff._metrics import RowSoftmax
 from pyllama.diff.probes import Probe, ProbeSource, Segment, load_probe
 from pyllama.engine import Engine
 from pyllama.errors import InputError
@@ -252,13 +253,15 @@ def score_retrieval(
         logits = np.zeros((scored.size, config.vocab_size), dtype=np.float32)
         classify_block(model.weights.classifier, kept, logits, n_threads)
         nxt = seg.tokens[scored + 1].astype(np.int32)
-        lp = metrics.teacher_logprob(metrics.log_softmax(logits), nxt)
-        ranks = teacher_rank(logits, nxt)
+        lp, ranks = np.zeros(scored.size), np.zeros(scored.size, dtype=np.int64)
+        softmax = RowSoftmax(scored.size, config.vocab_size)  # the diff's own metrics: the same bits
+        softmax.compute(logits, n_threads)
+        softmax.teacher(logits, nxt, lp, ranks)
 
         def decode(seg=seg) -> list[int]:
             return greedy_decode(engine, seg.tokens[: seg.target.prompt], seg.target.length)
 
-        score = key_score(seg, lp, ranks, metrics.top1(logits), decode if greedy else None, model.tokenizer)
+        score = key_score(seg, lp, ranks, softmax.top1, decode if greedy else None, model.tokenizer)
         rows.append(_row(seg, score))
     if not rows and not notes:
         raise InputError(f"probe {pr.name}: no retrieval sequence to score (use passkey, needle or copy)")

@@ -1,0 +1,206 @@
+/* The float32 dot product of pyllama (matvec.pyx): one row, four rows at once, and the block tile.
+
+   The order, which every form below keeps exactly, so that a row's value never depends on the
+   form that computed it (the tests check this bit for bit):
+     - 16 lanes: lane u accumulates a[j] * b[j] for j = u (mod 16) over the whole groups of 16, in
+       increasing j, each step one fused multiply-add where the CPU has them;
+     - the lanes reduced 16 -> 4 as l[u] = (l[u] + l[u+4]) + (l[u+8] + l[u+12]), then
+       total = (l[0] + l[2]) + (l[1] + l[3]);
+     - the last n mod 16 products added to total in order.
+   16 lanes are two AVX2 vectors or one AVX-512 vector. A wider order (64 lanes, before) hides the
+   FMA latency inside one row, but a block tile must then hold 8 vectors per element and make a
+   pass over its rows per group of 8 lanes; with 16 lanes the latency is hidden across rows (four
+   rows in flight in matvec, a 4 x 3 tile in matmul) and the tile makes two passes. */
+#ifndef PYLLAMA_F32DOT_H
+#define PYLLAMA_F32DOT_H
+
+#include <stddef.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PYLLAMA_F32_AVX2 1
+#else
+#define PYLLAMA_F32_AVX2 0
+#endif
+#if defined(__AVX512F__) && defined(__FMA__)
+#define PYLLAMA_F32_AVX512 1
+#else
+#define PYLLAMA_F32_AVX512 0
+#endif
+/* four rows at once (matvec_f32): four independent weight streams, which is what a memory-bound
+   product needs, and 8 (AVX2) or 4 (AVX-512) FMA chains in flight */
+#define PYLLAMA_HAVE_DOT4 (PYLLAMA_F32_AVX2 || PYLLAMA_F32_AVX512)
+
+/* 16 -> 4 -> 1 over the lanes l (overwritten), then the tail of a . b in order */
+static inline float pyllama_finish_f32(float* l, const float* a, const float* b, Py_ssize_t n) {
+    for (int u = 0; u < 4; u++) l[u] = (l[u] + l[u + 4]) + (l[u + 8] + l[u + 12]);
+    float total = (l[0] + l[2]) + (l[1] + l[3]);
+    for (Py_ssize_t j = n - n % 16; j < n; j++) total = total + a[j] * b[j];
+    return total;
+}
+
+#if PYLLAMA_F32_AVX2
+/* pyllama_finish_f32 on s = the four partial lanes l[u] (u < 4) after 16 -> 4 */
+static inline float pyllama_finish4_f32(__m128 s, const float* a, const float* b, Py_ssize_t n) {
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s)); /* t0 = l0 + l2, t1 = l1 + l3 */
+    float total = _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+    for (Py_ssize_t j = n - n % 16; j < n; j++) total = total + a[j] * b[j];
+    return total;
+}
+
+/* the lanes as two vectors (lo = lanes 0-7, hi = lanes 8-15): l[u] + l[u+4] is the sum of lo's
+   halves, l[u+8] + l[u+12] the sum of hi's */
+static inline float pyllama_finish_f32_avx2(__m256 lo, __m256 hi, const float* a, const float* b, Py_ssize_t n) {
+    const __m128 s = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)),
+                                _mm_add_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1)));
+    return pyllama_finish4_f32(s, a, b, n);
+}
+#endif
+
+static float pyllama_dot_f32(const float* a, const float* b, Py_ssize_t n) {
+    const Py_ssize_t n_main = n - n % 16;
+#if PYLLAMA_F32_AVX2
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (Py_ssize_t j = 0; j < n_main; j += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(a + j + 8), _mm256_loadu_ps(b + j + 8), hi);
+    }
+    return pyllama_finish_f32_avx2(lo, hi, a, b, n);
+#else
+    float l[16];
+    for (int u = 0; u < 16; u++) l[u] = 0.0f;
+    for (Py_ssize_t j = 0; j < n_main; j += 16)
+        for (int u = 0; u < 16; u++) l[u] = l[u] + a[j + u] * b[j + u];
+    return pyllama_finish_f32(l, a, b, n);
+#endif
+}
+
+/* out[r] = pyllama_dot_f32(w + r * stride, x, n) for r < 4 */
+static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n, float* out) {
+    const Py_ssize_t n_main = n - n % 16;
+#if PYLLAMA_F32_AVX512
+    __m512 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();
+    for (Py_ssize_t j = 0; j < n_main; j += 16) {
+        const __m512 xv = _mm512_loadu_ps(x + j);
+        for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w + r * stride + j), xv, acc[r]);
+    }
+    for (int r = 0; r < 4; r++) {
+        /* quarters q0..q3 hold lanes 0-3, 4-7, 8-11, 12-15: (q0 + q1) + (q2 + q3) is 16 -> 4 */
+        const __m128 q0 = _mm512_extractf32x4_ps(acc[r], 0), q1 = _mm512_extractf32x4_ps(acc[r], 1);
+        const __m128 q2 = _mm512_extractf32x4_ps(acc[r], 2), q3 = _mm512_extractf32x4_ps(acc[r], 3);
+        out[r] = pyllama_finish4_f32(_mm_add_ps(_mm_add_ps(q0, q1), _mm_add_ps(q2, q3)), w + r * stride, x, n);
+    }
+#elif PYLLAMA_F32_AVX2
+    __m256 lo[4], hi[4];
+    for (int r = 0; r < 4; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+    for (Py_ssize_t j = 0; j < n_main; j += 16) {
+        const __m256 x0 = _mm256_loadu_ps(x + j), x1 = _mm256_loadu_ps(x + j + 8);
+        for (int r = 0; r < 4; r++) {
+            lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + r * stride + j), x0, lo[r]);
+            hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + r * stride + j + 8), x1, hi[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = pyllama_finish_f32_avx2(lo[r], hi[r], w + r * stride, x, n);
+#else
+    (void)n_main;
+    for (int r = 0; r < 4; r++) out[r] = pyllama_dot_f32(w + r * stride, x, n);
+#endif
+}
+
+#if PYLLAMA_F32_AVX2
+/* The block tile: R rows of w times P positions of x (R <= 4, P <= 3), every (r, p) with exactly
+   pyllama_dot_f32's lanes. One pass per half of the 16 lanes (h = 0: lanes 0-7, h = 1: lanes
+   8-15) over the whole rows, which stay in cache: 12 accumulators, each loaded weight vector used
+   P times and each x vector R times (16 ymm registers in all). The empty asm pins each loaded
+   vector in a register: without it gcc folds the load into every FMA that uses it (seen in the
+   generated code: 16 to 24 loads per 12 FMAs instead of 7). */
+static inline __attribute__((always_inline)) void pyllama_tile_f32(const float* w, const float* x, Py_ssize_t cols,
+                                                                   __m256* lanes, const int R, const int P) {
+    const Py_ssize_t n_main = cols - cols % 16;
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[4][3];
+        for (int r = 0; r < R; r++)
+            for (int p = 0; p < P; p++) acc[r][p] = _mm256_setzero_ps();
+        const float* wh = w + 8 * h;
+        const float* xh = x + 8 * h;
+        for (Py_ssize_t j = 0; j < n_main; j += 16) {
+            __m256 xv[3];
+            for (int p = 0; p < P; p++) {
+                xv[p] = _mm256_loadu_ps(xh + p * cols + j);
+                __asm__("" : "+x"(xv[p]));
+            }
+            for (int r = 0; r < R; r++) {
+                __m256 wv = _mm256_loadu_ps(wh + r * cols + j);
+                __asm__("" : "+x"(wv));
+                for (int p = 0; p < P; p++) acc[r][p] = _mm256_fmadd_ps(wv, xv[p], acc[r][p]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int p = 0; p < P; p++) lanes[(r * P + p) * 2 + h] = acc[r][p];
+    }
+}
+
+/* The R x P elements of a tile from their lanes, written to out (row stride ``rows``): the 16 -> 4
+   step per element, then four elements of one position (four rows) at once, transposed so that
+   lane r holds row r's l[u]: (l0 + l2) + (l1 + l3) for all four in three vector adds. Exactly
+   pyllama_finish_f32_avx2's additions; the tail (cols mod 16) is added after, in order. */
+static inline __attribute__((always_inline)) void pyllama_tile_finish_f32(
+        const __m256* lanes, const float* w, const float* x, Py_ssize_t cols, float* out, Py_ssize_t rows,
+        const int R, const int P) {
+    for (int p = 0; p < P; p++) {
+        __m128 s[4];
+        for (int r = 0; r < 4; r++) {
+            const __m256 lo = lanes[(r * P + p) * 2 * (r < R)], hi = lanes[(r * P + p) * 2 * (r < R) + 1];
+            s[r] = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)),
+                              _mm_add_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1)));
+        }
+        _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]);  /* s[u] lane r = row r's l[u] */
+        const __m128 total = _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3]));
+        float* o = out + p * rows;
+        if (R == 4 && cols % 16 == 0) {
+            _mm_storeu_ps(o, total);
+            continue;
+        }
+        float t[4];
+        _mm_storeu_ps(t, total);
+        for (int r = 0; r < R; r++) {
+            float v = t[r];
+            for (Py_ssize_t j = cols - cols % 16; j < cols; j++) v = v + w[r * cols + j] * x[p * cols + j];
+            o[r] = v;
+        }
+    }
+}
+
+#define PYLLAMA_TILE_CASE(R, P)                                                                  \
+    case 4 * (R) + (P):                                                                          \
+        pyllama_tile_f32(wr, xp, cols, lanes, R, P);                                             \
+        pyllama_tile_finish_f32(lanes, wr, xp, cols, out + p0 * rows + r0, rows, R, P);          \
+        break;
+
+/* out[p * rows + r] = pyllama_dot_f32(w[r], x[p]) for rows r0 .. r1 - 1 (at most 4) and every position */
+static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows,
+                                    Py_ssize_t cols, Py_ssize_t r0, Py_ssize_t r1) {
+    __m256 lanes[4 * 3 * 2];
+    const int R = (int)(r1 - r0);
+    const float* wr = w + r0 * cols;
+    for (Py_ssize_t p0 = 0; p0 < n_pos; p0 += 3) {
+        const int P = n_pos - p0 < 3 ? (int)(n_pos - p0) : 3;
+        const float* xp = x + p0 * cols;
+        switch (4 * R + P) {
+            PYLLAMA_TILE_CASE(1, 1) PYLLAMA_TILE_CASE(1, 2) PYLLAMA_TILE_CASE(1, 3)
+            PYLLAMA_TILE_CASE(2, 1) PYLLAMA_TILE_CASE(2, 2) PYLLAMA_TILE_CASE(2, 3)
+            PYLLAMA_TILE_CASE(3, 1) PYLLAMA_TILE_CASE(3, 2) PYLLAMA_TILE_CASE(3, 3)
+            PYLLAMA_TILE_CASE(4, 1) PYLLAMA_TILE_CASE(4, 2) PYLLAMA_TILE_CASE(4, 3)
+        }
+    }
+}
+#else
+static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows,
+                                    Py_ssize_t cols, Py_ssize_t r0, Py_ssize_t r1) {
+    for (Py_ssize_t r = r0; r < r1; r++)
+        for (Py_ssize_t p = 0; p < n_pos; p++) out[p * rows + r] = pyllama_dot_f32(w + r * cols, x + p * cols, cols);
+}
+#endif
+
+#endif
