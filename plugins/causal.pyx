@@ -4,19 +4,33 @@ The cache holds every position's key and value for every layer: float32
 ``[n_layers, positions, kv_dim]`` each, allocated once in ``init`` (``pyllama.attention.dense``).
 ``positions`` defaults to the model's trained context (like llama2.c's run.c);
 ``causal:positions=N`` makes a larger cache, the reference for behaviour past the context.
+
+In a block of positions (``attend_block_c``) it stores the block's keys and values, then attends
+each head's queries together with ``attend_head_rows``, up to ``QUERIES`` at a time: a long cache
+is then read once per group of queries instead of once per position, with the bits of one position
+at a time. Its scores scratch, ``[n_heads, QUERIES, positions]`` floats, is allocated in ``init``.
 """
 
 from cython.parallel cimport prange
 
 from pyllama.attention.base cimport threads_for
 from pyllama.attention.dense cimport DenseAttention
+from pyllama.attention.head cimport attend_head_rows
+
+import numpy as np
 
 from pyllama.attention.dense import POSITIONS
 from pyllama.attention.memory import require_memory
 from pyllama.attention.spec import check_knobs
 
 
+# queries of a block attended together: 16 rows of scores of an 8k cache are 512 KiB per head
+cdef enum:
+    QUERIES = 16
+
+
 cdef class Causal(DenseAttention):
+    cdef float* block_scores   # [n_heads, QUERIES, positions]
     name = "causal"
     description = "exact attention over a dense cache of every position (the reference)"
     knobs = (POSITIONS,)
@@ -29,11 +43,14 @@ cdef class Causal(DenseAttention):
 
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
-        return self.dense_bytes(config, int(self.max_positions), 1)
+        scratch = config.n_heads * QUERIES * int(self.max_positions) * 4
+        return self.dense_bytes(config, int(self.max_positions), 1) + scratch
 
     def init(self, config, pool):
         require_memory("causal", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
         self.init_dense(config, self.max_positions, 1)
+        shape = (self.n_heads, QUERIES, self.positions)
+        self.block_scores = <float*>self.own(np.zeros(shape, dtype=np.float32))
 
     def memory_bytes(self):
         # the positions held, keys and values, summed over the layers
@@ -50,4 +67,21 @@ cdef class Causal(DenseAttention):
             self.take_positions(self.kptr + h * P, self.vptr + h * P, NULL, 0, layer, 0, n,
                                 (h // self.kv_mul) * self.head_dim)
             self.attend_gathered(h, q, NULL, n, out)
+        return 0
+
+    cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                            float* out) except -1 nogil:
+        cdef Py_ssize_t i, c, j0, off
+        cdef long long P = self.positions
+        cdef int h, hd = self.head_dim, q_dim = self.n_heads * self.head_dim
+        for i in range(n):
+            self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)
+        for h in prange(self.n_heads, schedule="static",
+                        num_threads=threads_for(self.n_threads, (pos + n) * n * self.n_heads * hd)):
+            off = layer * P * self.kv_dim + (h // self.kv_mul) * hd
+            for c in range((n + QUERIES - 1) // QUERIES):
+                j0 = c * QUERIES
+                attend_head_rows(q + j0 * q_dim + h * hd, q_dim, self.keys + off, self.values + off, self.kv_dim,
+                                 pos + j0 + 1, min(<Py_ssize_t>QUERIES, n - j0), hd,
+                                 self.block_scores + h * QUERIES * P, P, out + j0 * q_dim + h * hd, q_dim)
         return 0

@@ -8,6 +8,13 @@ is what makes "max |Δlogit| = 0" a meaningful test of a degenerate setting.
     score_t = (q · k_t) / sqrt(head_dim) [+ bias_t]     (bias: e.g. log(count) of a summary row)
     a = softmax(score)                                   (max subtracted, fast exp, serial sum)
     out = Σ_t a_t v_t                                    (t ascending)
+
+``attend_head_rows`` is the same routine for several queries of one head over contiguous rows (a
+dense cache, in a block of positions): query j attends rows 0 .. n + j - 1. It visits the rows in
+tiles shared by the queries, so a tile of keys and values is read from memory once for all of them
+instead of once per query, and performs, for each query, exactly the operations of ``attend_head``
+in the same order (the same ``dot_f32``, division, ``softmax`` and ascending sum per output element):
+the same bits, as the block tests check against one position at a time.
 """
 
 from libc.math cimport sqrtf
@@ -16,6 +23,11 @@ from pyllama.kernels.elementwise cimport softmax
 from pyllama.kernels.matvec cimport dot_f32
 
 import numpy as np
+
+# rows per tile of attend_head_rows: 64 keys or values of a 64-wide head are 16 KiB, in L1 with the
+# queries' running outputs
+cdef enum:
+    ROW_TILE = 64
 
 
 cdef void attend_head(const float* q, const float** keys, const float** values, const float* bias,
@@ -37,6 +49,45 @@ cdef void attend_head(const float* q, const float** keys, const float** values, 
         vrow = values[t]
         for i in range(head_dim):
             out[i] = out[i] + a * vrow[i]
+
+
+cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
+                           Py_ssize_t stride, long long n, Py_ssize_t m, int head_dim, float* scores,
+                           Py_ssize_t score_stride, float* out, Py_ssize_t out_stride) noexcept nogil:
+    """Queries j < m (q + j * q_stride) over rows 0 .. n + j - 1 (keys/values + t * stride); out j at
+    out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch."""
+    cdef long long t, c, t0, t1, end, total = n + m - 1
+    cdef Py_ssize_t j, i
+    cdef float scale = sqrtf(<float>head_dim)
+    cdef float a
+    cdef float* sc
+    cdef float* o
+    cdef const float* vrow
+    for c in range((total + ROW_TILE - 1) // ROW_TILE):
+        t0 = c * ROW_TILE
+        t1 = min(t0 + ROW_TILE, total)
+        for j in range(m):
+            sc = scores + j * score_stride
+            end = min(t1, n + j)
+            for t in range(t0, end):
+                sc[t] = dot_f32(q + j * q_stride, keys + t * stride, head_dim) / scale
+    for j in range(m):
+        softmax(scores + j * score_stride, n + j)
+        o = out + j * out_stride
+        for i in range(head_dim):
+            o[i] = 0.0
+    for c in range((total + ROW_TILE - 1) // ROW_TILE):
+        t0 = c * ROW_TILE
+        t1 = min(t0 + ROW_TILE, total)
+        for j in range(m):
+            sc = scores + j * score_stride
+            o = out + j * out_stride
+            end = min(t1, n + j)
+            for t in range(t0, end):
+                a = sc[t]
+                vrow = values + t * stride
+                for i in range(head_dim):
+                    o[i] = o[i] + a * vrow[i]
 
 
 def attend_one_head(const float[::1] q, const float[:, ::1] keys, const float[:, ::1] values, bias=None):
