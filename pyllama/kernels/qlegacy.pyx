@@ -9,7 +9,8 @@ Block layouts (ggml-common.h), weight value per element:
 * ``IQ4_NL`` (18 bytes): fp16 d, nibbles indexing a 16-entry int8 table; w = d * table[q]. Activation: Q8_0.
 * ``BF16``: bfloat16 rows, widened exactly to float32 as they are read. The activation stays float32
   (llama.cpp rounds it to BF16 for its BF16 products; as for F16, pyllama keeps the more accurate
-  float32 and documents the difference).
+  float32 and documents the difference). 32 float lanes (j mod 32) in a fixed reduction, then the
+  last cols mod 32 products in order.
 
 Low nibbles are the block's elements 0-15, high nibbles 16-31; high bit j of a 5-bit type is bit j
 of the little-endian uint32. Per block, the integer products are summed exactly; the float part
@@ -31,9 +32,6 @@ arch/x86/quants.c and repack.cpp; checked against libggml-cpu's own ``vec_dot`` 
   (``quant_product_groups8``), lane j of one vector being row j's chain, without repacking the mapped
   file: the activation block is loaded once for the eight rows and, for Q4_0, the nibbles are used
   unsigned, (q - 8)·x = q·x - 8·Σx, which is the same integer.
-
-BF16 rows use 32 float lanes (j mod 32), reduced in a fixed order, then the last cols mod 32 products
-in order.
 
 AVX2 (with FMA) and the portable C path compute the same integers and the same float operations (one
 rounding per fused multiply-add: ``_mm256_fmadd_ps`` or ``fmaf``), so the two builds give identical
