@@ -27,8 +27,8 @@
 #else
 #define PYLLAMA_F32_AVX512 0
 #endif
-/* four rows at once (matvec_f32): four independent weight streams, which is what a memory-bound
-   product needs, and 8 (AVX2) or 4 (AVX-512) FMA chains in flight */
+/* four rows at once (matvec_f32): 8 (AVX2) or 4 (AVX-512) FMA chains in flight, and four weight
+   streams when the rows are far apart (matvec_f32 takes them a quarter of the matrix apart) */
 #define PYLLAMA_HAVE_DOT4 (PYLLAMA_F32_AVX2 || PYLLAMA_F32_AVX512)
 
 /* 16 -> 4 -> 1 over the lanes l (overwritten), then the tail of a . b in order */
@@ -75,8 +75,9 @@ static float pyllama_dot_f32(const float* a, const float* b, Py_ssize_t n) {
 #endif
 }
 
-/* out[r] = pyllama_dot_f32(w + r * stride, x, n) for r < 4 */
-static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n, float* out) {
+/* out[r * out_stride] = pyllama_dot_f32(w + r * stride, x, n) for r < 4 */
+static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n, float* out,
+                             Py_ssize_t out_stride) {
     const Py_ssize_t n_main = n - n % 16;
 #if PYLLAMA_F32_AVX512
     __m512 acc[4];
@@ -89,7 +90,8 @@ static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, 
         /* quarters q0..q3 hold lanes 0-3, 4-7, 8-11, 12-15: (q0 + q1) + (q2 + q3) is 16 -> 4 */
         const __m128 q0 = _mm512_extractf32x4_ps(acc[r], 0), q1 = _mm512_extractf32x4_ps(acc[r], 1);
         const __m128 q2 = _mm512_extractf32x4_ps(acc[r], 2), q3 = _mm512_extractf32x4_ps(acc[r], 3);
-        out[r] = pyllama_finish4_f32(_mm_add_ps(_mm_add_ps(q0, q1), _mm_add_ps(q2, q3)), w + r * stride, x, n);
+        out[r * out_stride] = pyllama_finish4_f32(_mm_add_ps(_mm_add_ps(q0, q1), _mm_add_ps(q2, q3)), w + r * stride,
+                                                  x, n);
     }
 #elif PYLLAMA_F32_AVX2
     __m256 lo[4], hi[4];
@@ -101,10 +103,10 @@ static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, 
             hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + r * stride + j + 8), x1, hi[r]);
         }
     }
-    for (int r = 0; r < 4; r++) out[r] = pyllama_finish_f32_avx2(lo[r], hi[r], w + r * stride, x, n);
+    for (int r = 0; r < 4; r++) out[r * out_stride] = pyllama_finish_f32_avx2(lo[r], hi[r], w + r * stride, x, n);
 #else
     (void)n_main;
-    for (int r = 0; r < 4; r++) out[r] = pyllama_dot_f32(w + r * stride, x, n);
+    for (int r = 0; r < 4; r++) out[r * out_stride] = pyllama_dot_f32(w + r * stride, x, n);
 #endif
 }
 
