@@ -28,6 +28,12 @@ class InputError(PyllamaError):
     """A prompt, probe or option value cannot be used as given."""
 
 
+class PositionError(InputError, IndexError):
+    """A token id outside the vocabulary, or a position a plugin cannot take: beyond what it holds,
+    or out of order for a plugin whose state follows the sequence. Also an IndexError, which is
+    what an out-of-range index is in Python."""
+
+
 class DownloadError(PyllamaError):
     """A known model could not be fetched, or what arrived is not the published file."""
 

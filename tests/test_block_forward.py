@@ -20,6 +20,7 @@ from pyllama.attention.base import Attention
 from pyllama.attention.registry import create_plugin
 from pyllama.diff import run_diff
 from pyllama.engine import Engine
+from pyllama.errors import PositionError
 from pyllama.model import Model
 
 MODELS = [
@@ -273,7 +274,7 @@ def test_model_logits_and_generate_report_prompt_speed(models):
 def test_block_forward_checks_its_input(models):
     model = models("stories260K")
     engine = Engine(model.config, model.weights, create_plugin("causal"), 1, max_block=8)
-    with pytest.raises(IndexError, match="outside the vocabulary"):
+    with pytest.raises(PositionError, match="outside the vocabulary"):
         engine.forward_block(np.array([1, 99999], dtype=np.int32), 0)
     with pytest.raises(ValueError, match="at least one token"):
         engine.forward_block(np.zeros(0, dtype=np.int32), 0)

@@ -12,7 +12,7 @@ from conftest import shared_file
 from pyllama.attention.registry import create_plugin, plugin_infos
 from pyllama.config import ModelConfig
 from pyllama.engine import Pool
-from pyllama.errors import PluginError
+from pyllama.errors import PluginError, PositionError, PyllamaError
 from pyllama.plugins import tiered as tiered_mod
 from pyllama.plugins.kmeans import KMeans
 from pyllama.plugins.lattice import Lattice
@@ -532,8 +532,10 @@ def test_positions_must_come_in_order(spec):
     q, k, v = random_qkv(3)
     out = np.zeros(SMALL.q_dim, dtype=np.float32)
     plugin.attend(0, 0, q[0, 0], k[0, 0], v[0, 0], out)
-    with pytest.raises(IndexError, match="in order"):
+    # one line for a user, like every other bad input (a PyllamaError), and still an IndexError
+    with pytest.raises(PositionError, match="in order") as caught:
         plugin.attend(0, 2, q[1, 0], k[1, 0], v[1, 0], out)
+    assert isinstance(caught.value, PyllamaError) and isinstance(caught.value, IndexError)
 
 
 # ---- on stories260K ---------------------------------------------------------------------------------

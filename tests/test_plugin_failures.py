@@ -12,7 +12,7 @@ from pyllama.attention.registry import create_plugin
 from pyllama.cli import main
 from pyllama.config import ModelConfig
 from pyllama.engine import Pool
-from pyllama.errors import PluginError
+from pyllama.errors import PluginError, PositionError
 from pyllama.model import Model
 
 BROKEN = """
@@ -113,7 +113,7 @@ def test_every_builtin_refuses_positions_out_of_order(spec, jump):
     out = np.zeros(SMALL.q_dim, dtype=np.float32)
     for layer in range(SMALL.n_layers):
         plugin.attend(layer, 0, q, k, k, out)
-    with pytest.raises(IndexError, match="in order"):
+    with pytest.raises(PositionError, match="in order"):  # a PyllamaError: one line, no traceback
         plugin.attend(0, jump, q, k, k, out)
     plugin.reset()
     plugin.attend(0, 0, q, k, k, out)  # after reset, position 0 again

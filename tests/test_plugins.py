@@ -14,7 +14,7 @@ from pyllama.attention.spec import REQUIRED, parse_args, split_spec
 from pyllama.checkpoint import load_checkpoint
 from pyllama.config import ROPE_NEOX, ROPE_NORMAL, ModelConfig
 from pyllama.engine import Engine, Pool
-from pyllama.errors import PluginError
+from pyllama.errors import PluginError, PositionError
 from pyllama.kernels.rope import apply as rope_apply
 from pyllama.plugins.causal import Causal
 from pyllama.plugins.sink import Sink
@@ -317,7 +317,7 @@ def test_bounded_plugins_run_far_past_the_context_with_flat_memory(gqa_unshared)
 def test_causal_past_its_cache_is_an_error(gqa_unshared):
     config, weights = load_checkpoint(gqa_unshared)
     engine = Engine(config, weights, create_plugin("causal"), 1)
-    with pytest.raises(IndexError, match="outside what the attention plugin holds"):
+    with pytest.raises(PositionError, match="outside what the attention plugin holds"):
         engine.forward(3, config.seq_len)
 
 

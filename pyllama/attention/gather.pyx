@@ -14,6 +14,8 @@ inline loops ``take_rows``, ``take_listed`` and ``take_ring`` (gather.pxd) fill 
 
 import numpy as np
 
+from pyllama.errors import PositionError
+
 from pyllama.attention.base cimport Attention
 
 
@@ -56,9 +58,9 @@ cdef class GatherAttention(Attention):
             with gil:
                 name = type(self).name
                 if pos >= self.max_positions:
-                    raise IndexError(f"{name}: position {pos} is outside its cache of {self.max_positions} "
+                    raise PositionError(f"{name}: position {pos} is outside its cache of {self.max_positions} "
                                      f"(raise {name}:positions=N)")
-                raise IndexError(f"{name}: layer {layer} expected position {expected}, got {pos} "
+                raise PositionError(f"{name}: layer {layer} expected position {expected}, got {pos} "
                                  "(positions are fed in order from 0; reset() starts a new sequence)")
         return 0
 

@@ -18,6 +18,7 @@ from cpython.ref cimport PyObject
 import numpy as np
 
 from pyllama.attention.pool import Pool
+from pyllama.errors import PositionError
 
 from pyllama.attention.base cimport Attention
 from pyllama.engine.block cimport forward_block
@@ -262,9 +263,9 @@ cdef class Engine:
     # ---- running ---------------------------------------------------------------------------------
     def _check(self, int token, long long pos):
         if not 0 <= token < self.t.config.vocab_size:
-            raise IndexError(f"token id {token} is outside the vocabulary of {self.t.config.vocab_size}")
+            raise PositionError(f"token id {token} is outside the vocabulary of {self.t.config.vocab_size}")
         if not 0 <= pos < self.attention.max_positions:
-            raise IndexError(
+            raise PositionError(
                 f"position {pos} is outside what the attention plugin holds ({self.attention.max_positions})"
             )
 
