@@ -59,9 +59,9 @@ cdef class GatherAttention(Attention):
                 name = type(self).name
                 if pos >= self.max_positions:
                     raise PositionError(f"{name}: position {pos} is outside its cache of {self.max_positions} "
-                                     f"(raise {name}:positions=N)")
+                                        f"(raise {name}:positions=N)")
                 raise PositionError(f"{name}: layer {layer} expected position {expected}, got {pos} "
-                                 "(positions are fed in order from 0; reset() starts a new sequence)")
+                                    "(positions are fed in order from 0; reset() starts a new sequence)")
         return 0
 
     def owned_bytes(self):
