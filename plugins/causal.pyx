@@ -8,7 +8,8 @@ The cache holds every position's key and value for every layer: float32
 In a block of positions (``attend_block_c``) it stores the block's keys and values, then attends
 each head's queries together with ``attend_head_rows``, up to ``QUERIES`` at a time: a long cache
 is then read once per group of queries instead of once per position, with the bits of one position
-at a time. Its scores scratch, ``[n_heads, QUERIES, positions]`` floats, is allocated in ``init``.
+at a time. The base's scores scratch is sized for that, ``[n_heads, QUERIES, positions]`` floats;
+one position at a time uses its first row.
 """
 
 from cython.parallel cimport prange
@@ -16,8 +17,6 @@ from cython.parallel cimport prange
 from pyllama.attention.base cimport threads_for
 from pyllama.attention.dense cimport DenseAttention
 from pyllama.attention.head cimport attend_head_rows
-
-import numpy as np
 
 from pyllama.attention.dense import POSITIONS
 from pyllama.attention.memory import require_memory
@@ -30,7 +29,6 @@ cdef enum:
 
 
 cdef class Causal(DenseAttention):
-    cdef float* block_scores   # [n_heads, QUERIES, positions]
     name = "causal"
     description = "exact attention over a dense cache of every position (the reference)"
     knobs = (POSITIONS,)
@@ -43,14 +41,11 @@ cdef class Causal(DenseAttention):
 
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
-        scratch = config.n_heads * QUERIES * int(self.max_positions) * 4
-        return self.dense_bytes(config, int(self.max_positions), 1) + scratch
+        return self.dense_bytes(config, int(self.max_positions), 1, QUERIES * int(self.max_positions))
 
     def init(self, config, pool):
         require_memory("causal", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
-        self.init_dense(config, self.max_positions, 1)
-        shape = (self.n_heads, QUERIES, self.positions)
-        self.block_scores = <float*>self.own(np.zeros(shape, dtype=np.float32))
+        self.init_dense(config, self.max_positions, 1, QUERIES * self.max_positions)
 
     def memory_bytes(self):
         # the positions held, keys and values, summed over the layers
@@ -83,5 +78,5 @@ cdef class Causal(DenseAttention):
                 j0 = c * QUERIES
                 attend_head_rows(q + j0 * q_dim + h * hd, q_dim, self.keys + off, self.values + off, self.kv_dim,
                                  pos + j0 + 1, min(<Py_ssize_t>QUERIES, n - j0), hd,
-                                 self.block_scores + h * QUERIES * P, P, out + j0 * q_dim + h * hd, q_dim)
+                                 self.scores + h * self.score_rows, P, out + j0 * q_dim + h * hd, q_dim)
         return 0

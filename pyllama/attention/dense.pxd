@@ -8,7 +8,7 @@ cdef class DenseAttention(GatherAttention):
     cdef float* values
     cdef readonly long long positions
 
-    cdef int init_dense(self, config, long long rows, int counters) except -1
+    cdef int init_dense(self, config, long long rows, int counters, long long score_rows=*) except -1
     cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil
 
     # one head's rows, appended to kp/vp at j (see gather.pxd's take_*); off: the KV head's channels

@@ -23,14 +23,15 @@ POSITIONS = Knob("positions", int, 0, "cache size in positions; 0 = the model's 
 cdef class DenseAttention(GatherAttention):
     """Base of the plugins that keep every position (see the module docstring)."""
 
-    def dense_bytes(self, config, rows, counters):
+    def dense_bytes(self, config, rows, counters, score_rows=0):
         """What ``init_dense`` allocates for these arguments (Python integers: no overflow)."""
-        return gather_bytes(config, rows, counters) + 2 * config.n_layers * int(self.max_positions) * config.kv_dim * 4
+        cache = 2 * config.n_layers * int(self.max_positions) * config.kv_dim * 4
+        return gather_bytes(config, rows, counters, score_rows) + cache
 
-    cdef int init_dense(self, config, long long rows, int counters) except -1:
+    cdef int init_dense(self, config, long long rows, int counters, long long score_rows=0) except -1:
         """init_gather, then the cache of max_positions positions."""
         self.positions = self.max_positions
-        self.init_gather(config, rows, counters)
+        self.init_gather(config, rows, counters, score_rows)
         shape = (config.n_layers, self.positions, config.kv_dim)
         self.keys = <float*>self.own(np.zeros(shape, dtype=np.float32))
         self.values = <float*>self.own(np.zeros(shape, dtype=np.float32))

@@ -10,13 +10,14 @@ cdef class GatherAttention(Attention):
     cdef list _owned                 # numpy arrays whose memory the pointers below point into
     cdef int n_layers, n_heads, n_kv_heads, head_dim, kv_dim, kv_mul
     cdef long long rows              # the most rows one head attends in one step
-    cdef float* scores               # [n_heads, rows] the shared routine's scratch
+    cdef long long score_rows        # floats of scores per head: rows, or more for a block's queries
+    cdef float* scores               # [n_heads, score_rows] the shared routine's scratch
     cdef const float** kptr          # [n_heads, rows] key rows gathered for the shared routine
     cdef const float** vptr          # [n_heads, rows] value rows
     cdef object _counts              # [counters, n_layers] int64 per-layer counters (None: none); reset() zeroes them
     cdef long long* length           # row 0 of _counts: positions seen by each layer (blocks run layer by layer)
 
-    cdef int init_gather(self, config, long long rows, int counters=*) except -1
+    cdef int init_gather(self, config, long long rows, int counters=*, long long score_rows=*) except -1
     cdef void* own(self, array) except NULL
     cdef int check_in_order(self, int layer, long long pos, long long expected) except -1 nogil
 
@@ -24,7 +25,7 @@ cdef class GatherAttention(Attention):
     cdef inline void attend_gathered(self, int h, const float* q, const float* bias, Py_ssize_t n,
                                      float* out) noexcept nogil:
         attend_head(q + h * self.head_dim, self.kptr + h * self.rows, self.vptr + h * self.rows, bias, n,
-                    self.head_dim, self.scores + h * self.rows, out + h * self.head_dim)
+                    self.head_dim, self.scores + h * self.score_rows, out + h * self.head_dim)
 
 
 # ---- gathering: append rows to one head's tables kp/vp at index j; return the new count ------------

@@ -28,7 +28,9 @@ cdef class GatherAttention(Attention):
         self._counts = None
         self.length = NULL
 
-    cdef int init_gather(self, config, long long rows, int counters=0) except -1:
+    cdef int init_gather(self, config, long long rows, int counters=0, long long score_rows=0) except -1:
+        """score_rows: floats of the scores scratch per head, at least rows (0: rows); a plugin that
+        attends a block's queries together (causal) asks for one row of scores per query."""
         self._owned = []
         self.n_layers = config.n_layers
         self.n_heads = config.n_heads
@@ -37,7 +39,8 @@ cdef class GatherAttention(Attention):
         self.kv_dim = config.kv_dim
         self.kv_mul = config.kv_mul
         self.rows = rows
-        self.scores = <float*>self.own(np.zeros((config.n_heads, rows), dtype=np.float32))
+        self.score_rows = max(rows, score_rows)
+        self.scores = <float*>self.own(np.zeros((config.n_heads, self.score_rows), dtype=np.float32))
         self.kptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
         self.vptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
         self._counts = None

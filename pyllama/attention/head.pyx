@@ -30,14 +30,25 @@ cdef enum:
     ROW_TILE = 64
 
 
+# The arithmetic of both routines, once: a row's score, and a value row added to an output with its
+# weight. attend_head and attend_head_rows differ only in which rows they visit and in what order
+# of tiles, never in these operations, so their outputs are the same bits.
+cdef inline float row_score(const float* q, const float* key, int head_dim, float scale) noexcept nogil:
+    return dot_f32(q, key, head_dim) / scale
+
+
+cdef inline void add_weighted(float* out, float a, const float* vrow, int head_dim) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(head_dim):
+        out[i] = out[i] + a * vrow[i]
+
+
 cdef void attend_head(const float* q, const float** keys, const float** values, const float* bias,
                       Py_ssize_t n, int head_dim, float* scores, float* out) noexcept nogil:
     cdef Py_ssize_t t, i
     cdef float scale = sqrtf(<float>head_dim)
-    cdef float a
-    cdef const float* vrow
     for t in range(n):
-        scores[t] = dot_f32(q, keys[t], head_dim) / scale
+        scores[t] = row_score(q, keys[t], head_dim, scale)
     if bias != NULL:
         for t in range(n):
             scores[t] = scores[t] + bias[t]
@@ -45,10 +56,7 @@ cdef void attend_head(const float* q, const float** keys, const float** values, 
     for i in range(head_dim):
         out[i] = 0.0
     for t in range(n):
-        a = scores[t]
-        vrow = values[t]
-        for i in range(head_dim):
-            out[i] = out[i] + a * vrow[i]
+        add_weighted(out, scores[t], values[t], head_dim)
 
 
 cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
@@ -59,10 +67,8 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
     cdef long long t, c, t0, t1, end, total = n + m - 1
     cdef Py_ssize_t j, i
     cdef float scale = sqrtf(<float>head_dim)
-    cdef float a
     cdef float* sc
     cdef float* o
-    cdef const float* vrow
     for c in range((total + ROW_TILE - 1) // ROW_TILE):
         t0 = c * ROW_TILE
         t1 = min(t0 + ROW_TILE, total)
@@ -70,7 +76,7 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
             sc = scores + j * score_stride
             end = min(t1, n + j)
             for t in range(t0, end):
-                sc[t] = dot_f32(q + j * q_stride, keys + t * stride, head_dim) / scale
+                sc[t] = row_score(q + j * q_stride, keys + t * stride, head_dim, scale)
     for j in range(m):
         softmax(scores + j * score_stride, n + j)
         o = out + j * out_stride
@@ -84,10 +90,7 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
             o = out + j * out_stride
             end = min(t1, n + j)
             for t in range(t0, end):
-                a = sc[t]
-                vrow = values + t * stride
-                for i in range(head_dim):
-                    o[i] = o[i] + a * vrow[i]
+                add_weighted(o, sc[t], values + t * stride, head_dim)
 
 
 def attend_one_head(const float[::1] q, const float[:, ::1] keys, const float[:, ::1] values, bias=None):

@@ -27,10 +27,11 @@ def physical_memory_bytes() -> int | None:
     return pages * page if pages > 0 and page > 0 else None
 
 
-def gather_bytes(config, rows: int, counters: int = 0) -> int:
-    """What GatherAttention.init_gather allocates: per head, float32 scores and two pointer tables for
-    ``rows`` rows; and ``counters`` int64 counters per layer."""
-    return int(config.n_heads) * int(rows) * (4 + 2 * POINTER_BYTES) + int(counters) * int(config.n_layers) * 8
+def gather_bytes(config, rows: int, counters: int = 0, score_rows: int = 0) -> int:
+    """What GatherAttention.init_gather allocates: per head, two pointer tables for ``rows`` rows and
+    float32 scores for max(rows, score_rows); and ``counters`` int64 counters per layer."""
+    per_head = int(rows) * 2 * POINTER_BYTES + max(int(rows), int(score_rows)) * 4
+    return int(config.n_heads) * per_head + int(counters) * int(config.n_layers) * 8
 
 
 def _human(n: int) -> str:
