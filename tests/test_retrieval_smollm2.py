@@ -61,10 +61,17 @@ def test_sink_with_a_window_covering_the_key_retrieves(smollm2, passkey):
     assert row.a.retrieves and row.a.match
 
 
+# The one point of the default grid where the model itself does not find the key: the needle 8,127
+# positions back, at the edge of its 8,192-token context. llama.cpp, given the same token ids (f32 K/V
+# cache, greedy), also answers "1. The pass key" there instead of the digits, so the point is the
+# model's failure, not the engine's (README, "Exact attention and llama.cpp").
+MODEL_FAILS = {"passkey-d0-n8192"}
+
+
 @pytest.mark.retrieval_grid
 def test_causal_retrieves_over_the_whole_needle_grid(smollm2):
     """The default needle grid: depths 0, 0.25, 0.5, 0.75, 1 at 2,048, 4,096 and 8,192 tokens."""
-    run = score_retrieval(smollm2, "causal", "needle", threads=2)
+    run = score_retrieval(smollm2, "causal", "needle", threads=2, greedy=True)
     assert len(run.rows) == 15
-    failed = [(r.segment, r.a.ranks) for r in run.rows if not r.a.retrieves]
-    assert not failed
+    failed = {r.segment for r in run.rows if not (r.a.retrieves and r.a.match)}
+    assert failed == MODEL_FAILS
