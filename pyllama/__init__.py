@@ -7,7 +7,7 @@ m.generate("Once upon a time", steps=256, temperature=0.0)
 
 from pyllama.attention.base import Attention
 from pyllama.config import ModelConfig
-from pyllama.errors import CheckpointError, InputError, PluginError, PyllamaError, TokenizerError
+from pyllama.errors import CheckpointError, InputError, PluginError, PositionError, PyllamaError, TokenizerError
 from pyllama.model import Generation, Model
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "Model",
     "ModelConfig",
     "PluginError",
+    "PositionError",
     "PyllamaError",
     "TokenizerError",
 ]
