@@ -109,6 +109,21 @@ cdef extern from *:
         if (PL_HAS_MIN(kind)) *mins = fmaf(pyllama_half_at(blk + 2), a->s[b], *mins);
         return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
     }
+    #else
+    /* pyllama_legacy_block_avx2 in plain C, on the same lanes: acc[l] + (d_w * d_x) * lanes[l] */
+    static inline void pyllama_legacy_block_c(int kind, const uint8_t* blk, const pyllama_qact* a, ptrdiff_t b,
+                                              float* acc, float* mins) {
+        int8_t wq[32];
+        pyllama_legacy_unpack(kind, blk, wq);
+        const int8_t* xq = a->q + PYLLAMA_QK * b;
+        const float d = pyllama_half_at(blk) * a->d[b];
+        for (int l = 0; l < 8; l++) {
+            int32_t s = 0;
+            for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * xq[4 * l + k];
+            acc[l] = fmaf(d, (float)s, acc[l]);
+        }
+        if (PL_HAS_MIN(kind)) *mins = fmaf(pyllama_half_at(blk + 2), a->s[b], *mins);
+    }
     #endif
 
     static inline ptrdiff_t pyllama_legacy_row_bytes(int kind, ptrdiff_t cols) {
@@ -134,16 +149,7 @@ cdef extern from *:
         for (ptrdiff_t b = 0; b < nb; b++) {
             const uint8_t* blk = w + bytes * b;
             if ((b & 1) == 0) pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
-            int8_t wq[32];
-            pyllama_legacy_unpack(kind, blk, wq);
-            const int8_t* xq = a->q + PYLLAMA_QK * b;
-            const float d = pyllama_half_at(blk) * a->d[b];
-            for (int l = 0; l < 8; l++) {
-                int32_t s = 0;
-                for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * xq[4 * l + k];
-                acc[l] = fmaf(d, (float)s, acc[l]);
-            }
-            if (PL_HAS_MIN(kind)) mins = fmaf(pyllama_half_at(blk + 2), a->s[b], mins);
+            pyllama_legacy_block_c(kind, blk, a, b, acc, &mins);
         }
     #endif
         return pyllama_qreduce8(acc) + mins;
@@ -171,16 +177,7 @@ cdef extern from *:
         for (; b < nb - (nb & 1); b++) {
             const uint8_t* blk = w + bytes * b;
             if ((b & 1) == 0) pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
-            int8_t wq[32];
-            pyllama_legacy_unpack(PL_IQ4_NL, blk, wq);
-            const int8_t* xq = a->q + PYLLAMA_QK * b;
-            const float d = pyllama_half_at(blk) * a->d[b];
-            float* acc = (b & 1) ? a1 : a0;
-            for (int l = 0; l < 8; l++) {
-                int32_t s = 0;
-                for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * xq[4 * l + k];
-                acc[l] = fmaf(d, (float)s, acc[l]);
-            }
+            pyllama_legacy_block_c(PL_IQ4_NL, blk, a, b, (b & 1) ? a1 : a0, &mins);
         }
     #endif
         for (int l = 0; l < 8; l++) a0[l] = a0[l] + a1[l];
