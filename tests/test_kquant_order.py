@@ -71,15 +71,6 @@ def emulated_products(raw: np.ndarray, t: G, x: np.ndarray) -> np.ndarray:
         lanes -= 32 * (bs[None, :, 0::2] * sc[:, :, 0::2] + bs[None, :, 1::2] * sc[:, :, 1::2])
     dd = d_x[None, :] * d_w
     ndmin = -d_x[None, :] * dmin_w
-    if t == G.Q4_K and rows % 8 == 0:  # the repacked gemv: whole-block integer sums, two accumulators
-        s32 = bs[:, 0::2] + bs[:, 1::2]
-        summ = (mins[:, :, ::32] * s32[None]).sum(axis=2)
-        sumi = lanes.sum(axis=2)
-        acc, acc_m = np.zeros(rows, F32), np.zeros(rows, F32)
-        for b in range(nb):
-            acc = _fma(sumi[:, b].astype(F32), d_w[:, b] * d_x[b], acc)
-            acc_m = _fma(summ[:, b].astype(F32), dmin_w[:, b] * d_x[b], acc_m)
-        return acc - acc_m
     acc, acc_m, summs = np.zeros((rows, 8), F32), np.zeros((rows, 4), F32), np.zeros(rows, F32)
     for b in range(nb):
         if t == G.Q2_K:

@@ -189,9 +189,10 @@ def test_the_memory_error_names_bytes_needed_and_held(model):
         model.generate("Once", steps=8, attention="causal:positions=99999999999")
     # keys and values (2 x 5 layers x P positions x kv_dim 32 x 4 bytes), the per-head pointer tables
     # (8 heads x P x (8 + 8) bytes), the per-layer counters (5 x 8 bytes) and the scores, one row per
-    # query of a block (8 heads x 16 queries x P x 4 bytes)
+    # query of a block (8 heads x 16 queries x P x 4 bytes), and the 32 lanes of llama.cpp's weighted
+    # sum per head (8 heads x 32 x head_dim 8 x 4 bytes)
     P = 99999999999
-    needed = 2 * 5 * P * 32 * 4 + 8 * P * 16 + 5 * 8 + 8 * 16 * P * 4
+    needed = 2 * 5 * P * 32 * 4 + 8 * P * 16 + 5 * 8 + 8 * 16 * P * 4 + 8 * 32 * 8 * 4
     assert f"needs {needed:,} bytes" in str(info.value) and "of memory this machine has" in str(info.value)
 
 

@@ -3,7 +3,7 @@
 from libc.stdlib cimport qsort
 
 from pyllama.attention.base cimport Attention
-from pyllama.attention.head cimport attend_head
+from pyllama.attention.head cimport GGML_LANES, attend_head
 
 
 cdef class GatherAttention(Attention):
@@ -12,6 +12,8 @@ cdef class GatherAttention(Attention):
     cdef long long rows              # the most rows one head attends in one step
     cdef long long score_rows        # floats of scores per head: rows, or more for a block's queries
     cdef float* scores               # [n_heads, score_rows] the shared routine's scratch
+    cdef float* lanes                # [n_heads, GGML_LANES * head_dim] its scratch in llama.cpp's arithmetic
+    cdef int arithmetic              # the model's: ARITH_RUNC or ARITH_GGML (kernels/elementwise.pxd)
     cdef const float** kptr          # [n_heads, rows] key rows gathered for the shared routine
     cdef const float** vptr          # [n_heads, rows] value rows
     cdef object _counts              # [counters, n_layers] int64 per-layer counters (None: none); reset() zeroes them
@@ -25,7 +27,8 @@ cdef class GatherAttention(Attention):
     cdef inline void attend_gathered(self, int h, const float* q, const float* bias, Py_ssize_t n,
                                      float* out) noexcept nogil:
         attend_head(q + h * self.head_dim, self.kptr + h * self.rows, self.vptr + h * self.rows, bias, n,
-                    self.head_dim, self.scores + h * self.score_rows, out + h * self.head_dim)
+                    self.head_dim, self.scores + h * self.score_rows, out + h * self.head_dim, self.arithmetic,
+                    self.lanes + h * GGML_LANES * self.head_dim)
 
 
 # ---- gathering: append rows to one head's tables kp/vp at index j; return the new count ------------

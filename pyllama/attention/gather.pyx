@@ -3,7 +3,8 @@ step gathers, per query head, pointers to the rows it attends (ascending positio
 shared exact routine ``attend_head``.
 
 ``GatherAttention`` holds what that needs: the model's shapes, the per-head pointer tables and
-scores scratch sized for the most rows one step attends, per-layer counters (row 0: the positions
+scores scratch sized for the most rows one step attends (and the lanes scratch of llama.cpp's
+arithmetic, head.pyx), per-layer counters (row 0: the positions
 each layer has seen, checked by ``check_in_order``; ``reset()`` zeroes them), and ``own()``, which
 keeps a numpy array alive for as long as the plugin and hands back its memory as a raw pointer. A
 subclass calls ``init_gather(config, rows, counters)`` first in ``init`` and then allocates its own
@@ -17,6 +18,8 @@ import numpy as np
 from pyllama.errors import PositionError
 
 from pyllama.attention.base cimport Attention
+from pyllama.attention.head cimport GGML_LANES
+from pyllama.kernels.elementwise cimport ARITH_GGML, ARITH_RUNC
 
 
 cdef class GatherAttention(Attention):
@@ -41,6 +44,8 @@ cdef class GatherAttention(Attention):
         self.rows = rows
         self.score_rows = max(rows, score_rows)
         self.scores = <float*>self.own(np.zeros((config.n_heads, self.score_rows), dtype=np.float32))
+        self.lanes = <float*>self.own(np.zeros((config.n_heads, GGML_LANES * config.head_dim), dtype=np.float32))
+        self.arithmetic = ARITH_GGML if getattr(config, "arithmetic", "run.c") == "ggml" else ARITH_RUNC
         self.kptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
         self.vptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
         self._counts = None

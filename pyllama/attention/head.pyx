@@ -15,11 +15,24 @@ tiles shared by the queries, so a tile of keys and values is read from memory on
 instead of once per query, and performs, for each query, exactly the operations of ``attend_head``
 in the same order (the same ``dot_f32``, division, ``softmax`` and ascending sum per output element):
 the same bits, as the block tests check against one position at a time.
+
+GGUF models (``ModelConfig.arithmetic == "ggml"``) attend in llama.cpp's arithmetic instead, so that
+pyllama's attention output carries the bits of llama.cpp's CPU backend (f32 K/V cache, no flash
+attention, an AVX2 build): it is where the two engines' roundings met last, and a one-ulp difference
+there can flip an int8 rounding when the output projection quantises the row. Per query head:
+
+    score_t = ggml_vec_dot_f32(k_t, q) * (1 / sqrt(head_dim)) [+ bias_t]
+    a = ggml's soft_max (ggml_math.h: ggml's exp in groups of 8, a double sum, times 1 / sum)
+    out_i = ggml_vec_dot_f32 over the rows of (v_t,i)_t and a: 32 lanes, lane t mod 32 a fused chain
+            over its rows in order, reduced in ggml's order at the end
+
+(llama.cpp multiplies the transposed value cache by the weights; pyllama keeps values by row and
+holds the 32 lanes of every output element in ``lanes``, [32, head_dim] floats per head.)
 """
 
-from libc.math cimport sqrtf
+from libc.math cimport fmaf, sqrtf
 
-from pyllama.kernels.elementwise cimport softmax
+from pyllama.kernels.elementwise cimport ARITH_GGML, ARITH_RUNC, softmax
 from pyllama.kernels.matvec cimport dot_f32
 
 import numpy as np
@@ -28,6 +41,13 @@ import numpy as np
 # queries' running outputs
 cdef enum:
     ROW_TILE = 64
+
+
+# ggml's arithmetic, inlined here from the kernels' header (a path relative to this module's C file)
+cdef extern from "../kernels/ggml_math.h":
+    void pyllama_ggml_softmax(float* x, long n) nogil
+    float pyllama_ggml_reduce32(const float* a, long stride) nogil
+    float pyllama_ggml_dot_f32(const float* x, const float* y, long n) nogil
 
 
 # The arithmetic of both routines, once: a row's score, and a value row added to an output with its
@@ -43,9 +63,63 @@ cdef inline void add_weighted(float* out, float a, const float* vrow, int head_d
         out[i] = out[i] + a * vrow[i]
 
 
+# llama.cpp's arithmetic (the module docstring): the lanes of the weighted sum of the value rows
+cdef inline void lanes_zero(float* lanes, int head_dim) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(GGML_LANES * head_dim):
+        lanes[i] = 0.0
+
+
+cdef inline void lane_add(float* lanes, long long t, float a, const float* vrow, int head_dim) noexcept nogil:
+    cdef float* acc = lanes + (t % GGML_LANES) * head_dim
+    cdef Py_ssize_t i
+    for i in range(head_dim):
+        acc[i] = fmaf(vrow[i], a, acc[i])
+
+
+cdef inline void lanes_out(float* out, const float* lanes, int head_dim) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(head_dim):
+        out[i] = pyllama_ggml_reduce32(lanes + i, head_dim)
+
+
+cdef void attend_head_ggml(const float* q, const float** keys, const float** values, const float* bias,
+                           Py_ssize_t n, int head_dim, float* scores, float* lanes, float* out) noexcept nogil:
+    cdef Py_ssize_t t
+    cdef float kq_scale = 1.0 / sqrtf(<float>head_dim)
+    for t in range(n):
+        scores[t] = pyllama_ggml_dot_f32(keys[t], q, head_dim) * kq_scale
+    if bias != NULL:
+        for t in range(n):
+            scores[t] = scores[t] + bias[t]
+    pyllama_ggml_softmax(scores, n)
+    lanes_zero(lanes, head_dim)
+    for t in range(n):
+        lane_add(lanes, t, scores[t], values[t], head_dim)
+    lanes_out(out, lanes, head_dim)
+
+
+cdef void attend_rows_ggml(const float* q, const float* keys, const float* values, Py_ssize_t stride,
+                           long long n, int head_dim, float* scores, float* lanes, float* out) noexcept nogil:
+    """attend_head_ggml over contiguous rows 0 .. n - 1 (keys/values + t * stride), no bias."""
+    cdef long long t
+    cdef float kq_scale = 1.0 / sqrtf(<float>head_dim)
+    for t in range(n):
+        scores[t] = pyllama_ggml_dot_f32(keys + t * stride, q, head_dim) * kq_scale
+    pyllama_ggml_softmax(scores, n)
+    lanes_zero(lanes, head_dim)
+    for t in range(n):
+        lane_add(lanes, t, scores[t], values + t * stride, head_dim)
+    lanes_out(out, lanes, head_dim)
+
+
 cdef void attend_head(const float* q, const float** keys, const float** values, const float* bias,
-                      Py_ssize_t n, int head_dim, float* scores, float* out) noexcept nogil:
+                      Py_ssize_t n, int head_dim, float* scores, float* out, int arithmetic,
+                      float* lanes) noexcept nogil:
     cdef Py_ssize_t t, i
+    if arithmetic == ARITH_GGML:
+        attend_head_ggml(q, keys, values, bias, n, head_dim, scores, lanes, out)
+        return
     cdef float scale = sqrtf(<float>head_dim)
     for t in range(n):
         scores[t] = row_score(q, keys[t], head_dim, scale)
@@ -61,11 +135,18 @@ cdef void attend_head(const float* q, const float** keys, const float** values, 
 
 cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
                            Py_ssize_t stride, long long n, Py_ssize_t m, int head_dim, float* scores,
-                           Py_ssize_t score_stride, float* out, Py_ssize_t out_stride) noexcept nogil:
+                           Py_ssize_t score_stride, float* out, Py_ssize_t out_stride, int arithmetic,
+                           float* lanes) noexcept nogil:
     """Queries j < m (q + j * q_stride) over rows 0 .. n + j - 1 (keys/values + t * stride); out j at
-    out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch."""
+    out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch; lanes: [32, head_dim]
+    scratch of llama.cpp's arithmetic, which attends the queries one after another."""
     cdef long long t, c, t0, t1, end, total = n + m - 1
     cdef Py_ssize_t j, i
+    if arithmetic == ARITH_GGML:
+        for j in range(m):
+            attend_rows_ggml(q + j * q_stride, keys, values, stride, n + j, head_dim, scores + j * score_stride,
+                             lanes, out + j * out_stride)
+        return
     cdef float scale = sqrtf(<float>head_dim)
     cdef float* sc
     cdef float* o
@@ -93,8 +174,10 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
                 add_weighted(o, sc[t], values + t * stride, head_dim)
 
 
-def attend_one_head(const float[::1] q, const float[:, ::1] keys, const float[:, ::1] values, bias=None):
-    """The shared routine on numpy arrays (for tests): q [head_dim], keys/values [n, head_dim]."""
+def attend_one_head(const float[::1] q, const float[:, ::1] keys, const float[:, ::1] values, bias=None,
+                    arithmetic="run.c"):
+    """The shared routine on numpy arrays (for tests): q [head_dim], keys/values [n, head_dim];
+    arithmetic: "run.c" (pyllama's own order) or "ggml" (llama.cpp's)."""
     cdef Py_ssize_t n = keys.shape[0]
     cdef int hd = q.shape[0]
     if keys.shape[1] != hd or values.shape[1] != hd or values.shape[0] != n or n == 0:
@@ -112,10 +195,20 @@ def attend_one_head(const float[::1] q, const float[:, ::1] keys, const float[:,
         bptr = &bv[0]
     scores = np.zeros(n, dtype=np.float32)
     out = np.zeros(hd, dtype=np.float32)
+    lanes = np.zeros(GGML_LANES * hd, dtype=np.float32)
     cdef float[::1] sv = scores
     cdef float[::1] ov = out
-    attend_head(&q[0], <const float**>&kpv[0], <const float**>&vpv[0], bptr, n, hd, &sv[0], &ov[0])
+    cdef float[::1] lv = lanes
+    cdef int arith = _arithmetic(arithmetic)
+    attend_head(&q[0], <const float**>&kpv[0], <const float**>&vpv[0], bptr, n, hd, &sv[0], &ov[0], arith,
+                &lv[0])
     return out
+
+
+cdef int _arithmetic(name) except -1:
+    if name not in ("run.c", "ggml"):
+        raise ValueError(f"arithmetic must be 'run.c' or 'ggml', not {name!r}")
+    return ARITH_GGML if name == "ggml" else ARITH_RUNC
 
 
 def attend_rows(config, const float[::1] q, const float[:, ::1] keys, const float[:, ::1] values,
@@ -155,6 +248,9 @@ def attend_rows(config, const float[::1] q, const float[:, ::1] keys, const floa
     kp = np.empty(n, dtype=np.uintp)
     vp = np.empty(n, dtype=np.uintp)
     scores = np.empty(n, dtype=np.float32)
+    lanes = np.empty(GGML_LANES * hd, dtype=np.float32)
+    cdef float[::1] lv = lanes
+    cdef int arith = _arithmetic(getattr(config, "arithmetic", "run.c"))
     cdef size_t[::1] kpv = kp
     cdef size_t[::1] vpv = vp
     cdef float[::1] sv = scores
@@ -165,4 +261,4 @@ def attend_rows(config, const float[::1] q, const float[:, ::1] keys, const floa
                 kpv[t] = <size_t>&keys[iv[t], (h // kv_mul) * hd]
                 vpv[t] = <size_t>&values[iv[t], (h // kv_mul) * hd]
             attend_head(&q[0] + h * hd, <const float**>&kpv[0], <const float**>&vpv[0], bptr, n, hd,
-                        &sv[0], &out[0] + h * hd)
+                        &sv[0], &out[0] + h * hd, arith, &lv[0])

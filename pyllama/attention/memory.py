@@ -29,8 +29,9 @@ def physical_memory_bytes() -> int | None:
 
 def gather_bytes(config, rows: int, counters: int = 0, score_rows: int = 0) -> int:
     """What GatherAttention.init_gather allocates: per head, two pointer tables for ``rows`` rows and
-    float32 scores for max(rows, score_rows); and ``counters`` int64 counters per layer."""
-    per_head = int(rows) * 2 * POINTER_BYTES + max(int(rows), int(score_rows)) * 4
+    float32 scores for max(rows, score_rows) and 32 lanes of head_dim floats (llama.cpp's weighted sum,
+    head.pyx); and ``counters`` int64 counters per layer."""
+    per_head = int(rows) * 2 * POINTER_BYTES + max(int(rows), int(score_rows)) * 4 + 32 * int(config.head_dim) * 4
     return int(config.n_heads) * per_head + int(counters) * int(config.n_layers) * 8
 
 

@@ -357,40 +357,6 @@ static inline float pyllama_dot_kquant(int kind, const uint8_t* w, const pyllama
     return total;
 }
 
-/* Q4_K in the order of ggml's repacked AVX2 gemv (ggml_gemv_q4_K_8x8_q8_K), which llama.cpp runs for a
-   Q4_K matrix whose row count is a multiple of 8: per super-block the whole Σ_j sc_j Σ q_w q_x and
-   Σ_j m_j Σ q_x of the row (exact int32), each fused into its own float32 accumulator with d_w * d_x
-   and dmin_w * d_x; the result is their difference. */
-static float pyllama_dot_q4_k_x8(const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
-    float acc = 0.0f, acc_m = 0.0f;
-    for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
-        const uint8_t* blk = w + 144 * b;
-        const int16_t* bs = a->bsums + 16 * b;
-        const int8_t* xq = a->q + PYLLAMA_QK_K * b;
-        int32_t sumi, summ;
-#if PYLLAMA_QBLOCKS_AVX2
-        __m256i scales;
-        __m128i mins;
-        pyllama_k4_scales_avx2(blk + 4, &scales, &mins);
-        summ = pyllama_hsum_i32x4(pyllama_k4_min_lanes(mins, bs));
-        sumi = pyllama_hsum_i32x8(pyllama_klanes_q45k_avx2(PK_Q4_K, blk, xq, scales));
-#else
-        int sc[16], mn[16];
-        int32_t lanes[8];
-        float d_unused, dmin_unused;
-        pyllama_kquant_scales_of(PK_Q4_K, blk, sc, mn, &d_unused, &dmin_unused);
-        summ = 0;
-        for (int j = 0; j < 8; j++) summ += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-        pyllama_kquant_lanes_c(PK_Q4_K, blk, xq, bs, lanes);
-        sumi = 0;
-        for (int l = 0; l < 8; l++) sumi += lanes[l];
-#endif
-        const float dx = a->d[b];
-        acc = fmaf((float)sumi, pyllama_half_at(blk) * dx, acc);
-        acc_m = fmaf((float)summ, pyllama_half_at(blk + 2) * dx, acc_m);
-    }
-    return acc - acc_m;
-}
 static float pyllama_dot_q2_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
     return pyllama_dot_kquant(PK_Q2_K, w, a, n);
 }

@@ -34,14 +34,12 @@ dm = -d_x * dmin_w (float32 products):
 * the row's result is ggml's ``hsum_float_8``, ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus Q4_K's
   (m0+m2)+(m1+m3) or Q5_K's scalar.
 
-A Q4_K matrix whose row count is a multiple of 8 is different: llama.cpp repacks it into 8-row groups
-(``repack.cpp``) and runs ``ggml_gemv_q4_K_8x8_q8_K`` (and ``gemm``, the same per-row order, for
-batches), whose row r sums each super-block's Σ sc q_w q_x and Σ m Σ q_x whole and keeps two float32
-accumulators, acc = fma(float(sumi), d_w * d_x, acc) and accm = fma(float(summ), dmin_w * d_x, accm);
-the result is acc - accm. pyllama picks that order for such matrices (``dot_q4_k_x8``) from the row
-count, as llama.cpp does; it reads the rows where they are mapped, without repacking. (A tied Q4_K
-classifier would be a llama.cpp exception: the token embedding is not repacked. No file at hand has
-one.) llama.cpp's batched products of 8 or more positions for the other K types go through its tiled
+Every Q4_K matrix takes the ``vec_dot`` order above, whatever its row count. Newer llama.cpp builds
+repack a Q4_K matrix of 8k rows into 8-row groups on AVX2 (``ggml_gemv_q4_K_8x8_q8_K``, another float
+order); the build that wrote this project's llama.cpp references did not: with the ``vec_dot`` order
+the tiny Q4_K_M and Q3_K_M models give the references' margins to their 6 decimals at every position
+of most runs, with the repacked order they part within 3 to 18 tokens (tests/test_quant_models.py).
+llama.cpp's batched products of 8 or more positions for K types go through its tiled
 kernel (``tiled/tiled.cpp``), another order; pyllama's block products keep the one-position order, so
 that a block equals the positions one by one, bit for bit.
 
@@ -65,7 +63,6 @@ cdef extern from "kquants.h":
     float dot_q2_k "pyllama_dot_q2_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q3_k "pyllama_dot_q3_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q4_k "pyllama_dot_q4_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
-    float dot_q4_k_x8 "pyllama_dot_q4_k_x8"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q5_k "pyllama_dot_q5_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q6_k "pyllama_dot_q6_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     Py_ssize_t kquant_row_bytes "pyllama_kquant_row_bytes"(int kind, Py_ssize_t cols) noexcept nogil
@@ -94,8 +91,7 @@ cdef void matmul_kquant(float* out, const Matrix* m, const float* x, Py_ssize_t 
     elif m.qtype == QTYPE_Q3_K:
         dot = <row_dot_fn>dot_q3_k
     elif m.qtype == QTYPE_Q4_K:
-        # llama.cpp repacks a Q4_K matrix of 8k rows into 8-row groups on AVX2 and runs another order
-        dot = <row_dot_fn>(dot_q4_k_x8 if m.rows % 8 == 0 else dot_q4_k)
+        dot = <row_dot_fn>dot_q4_k
     elif m.qtype == QTYPE_Q5_K:
         dot = <row_dot_fn>dot_q5_k
     quant_product(out, m, x, n_pos, scratch, n_threads, dot, ACT_Q8_K, kquant_row_bytes(kquant_kind(m.qtype), m.cols))

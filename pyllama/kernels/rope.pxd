@@ -9,6 +9,7 @@ cdef struct RopeSpec:
     int n_rot
     int style
     float theta
+    int ggml          # ggml's angles and rotation (GGUF files) instead of run.c's, see rope.pyx
 
 cdef void rope_row(const RopeSpec* spec, long pos, float* cos_out, float* sin_out) noexcept nogil
 cdef void rope_apply(const RopeSpec* spec, float* vec, int n_heads, const float* cos_row,

@@ -5,9 +5,16 @@ computed in float32 in exactly llama2.c run.c's expression order (``1.0f / powf(
 (float)n_rot)``, then ``pos * freq``, then ``cosf``/``sinf``), so a table row is bit-identical to
 what run.c computes on the fly. Pairs are (2i, 2i+1) for llama2.c/GGUF ``llama`` and
 (i, i + n_rot/2) for NEOX-style models (GGUF ``qwen2``); dims past ``n_rot`` are not rotated.
+
+GGUF models (``ModelConfig.arithmetic == "ggml"``) take ggml's CPU rope instead, so that their queries
+and keys carry llama.cpp's bits (checked against its tensors): the angle of pair i is built by
+repeated multiplication, ``theta_0 = (float)pos``, ``theta_{i+1} = theta_i * powf(base, -2.0f /
+n_rot)``, with libm's ``cosf``/``sinf``, and the pair rotates as GCC compiles ggml's ``x0*cos -
+x1*sin`` and ``x0*sin + x1*cos``: one product rounded, the other fused, ``fmaf(x0, cos, -(x1*sin))``
+and ``fmaf(x0, sin, x1*cos)``.
 """
 
-from libc.math cimport cosf, sinf, powf
+from libc.math cimport cosf, fmaf, sinf, powf
 from libc.stdlib cimport malloc, free
 
 import numpy as np
@@ -19,12 +26,22 @@ cdef RopeSpec rope_spec_of(object config):
     s.n_rot = config.n_rot
     s.style = ROPE_NEOX if config.rope_style == "neox" else ROPE_NORMAL
     s.theta = config.rope_theta
+    s.ggml = getattr(config, "arithmetic", "run.c") == "ggml"
     return s
 
 
 cdef void rope_row(const RopeSpec* spec, long pos, float* cos_out, float* sin_out) noexcept nogil:
     cdef int i
-    cdef float freq, val
+    cdef float freq, val, step
+    if spec.ggml:
+        step = -2.0
+        step = powf(spec.theta, step / <float>spec.n_rot)
+        val = <float>pos
+        for i in range(spec.n_rot // 2):
+            cos_out[i] = cosf(val)
+            sin_out[i] = sinf(val)
+            val = val * step
+        return
     for i in range(spec.n_rot // 2):
         freq = 1.0 / powf(spec.theta, (2 * i) / <float>spec.n_rot)
         val = pos * freq
@@ -51,8 +68,12 @@ cdef void rope_apply(const RopeSpec* spec, float* vec, int n_heads, const float*
             fci = sin_row[i]
             v0 = head[a]
             v1 = head[b]
-            head[a] = v0 * fcr - v1 * fci
-            head[b] = v0 * fci + v1 * fcr
+            if spec.ggml:
+                head[a] = fmaf(v0, fcr, -(v1 * fci))
+                head[b] = fmaf(v0, fci, v1 * fcr)
+            else:
+                head[a] = v0 * fcr - v1 * fci
+                head[b] = v0 * fci + v1 * fcr
 
 
 cdef void rope_rotate_delta(const RopeSpec* spec, float* vec, int n_heads, long delta) noexcept nogil:
