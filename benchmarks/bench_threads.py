@@ -55,20 +55,28 @@ def busy_loop(cpu: int | None):
         proc.wait()
 
 
-def decode_tok_s(model: Model, steps: int, threads: int, policy: str) -> tuple[float, dict]:
+def decode_tok_s(model: Model, steps: int, threads: int, policy: str, sequences: int = 1) -> tuple[float, dict]:
+    """Decode tok/s over ``sequences`` generations of ``steps`` positions (tokens over decode time)."""
     name, threshold = POLICIES[policy]
     previous_policy = set_decode_policy(name)
     previous_threshold = set_serial_below() if threshold is None else set_serial_below(threshold)
     try:
         prompt = "Once upon a time" if model.tokenizer is not None else [1]
-        out = model.generate(prompt, steps=steps, temperature=0.0, attention="causal", threads=threads, ignore_eos=True)
-        return out.tok_per_s, decode_stats()
+        seconds = tokens = 0.0
+        for _ in range(sequences):
+            out = model.generate(
+                prompt, steps=steps, temperature=0.0, attention="causal", threads=threads, ignore_eos=True
+            )
+            decoded = out.steps - min(len(out.prompt_ids), out.steps)  # the positions tok_per_s counts
+            tokens += decoded
+            seconds += decoded / out.tok_per_s
+        return tokens / seconds, decode_stats()
     finally:
         set_decode_policy(previous_policy)
         set_serial_below(previous_threshold)
 
 
-def measure(model: Model, steps: int, runs: int, cpu: int | None) -> dict:
+def measure(model: Model, steps: int, runs: int, cpu: int | None, sequences: int = 1) -> dict:
     """Median tok/s of ``runs`` rounds of (1 thread, default before, default after)."""
     n = default_threads()
     cells: dict[str, list[float]] = {"1 thread": [], "before": [], "after": []}
@@ -76,9 +84,9 @@ def measure(model: Model, steps: int, runs: int, cpu: int | None) -> dict:
     with busy_loop(cpu):
         decode_tok_s(model, min(steps, 32), n, "after")  # warm-up: page cache, first-call costs
         for _ in range(runs):
-            cells["1 thread"].append(decode_tok_s(model, steps, 1, "before")[0])
-            cells["before"].append(decode_tok_s(model, steps, n, "before")[0])
-            tok_s, stats = decode_tok_s(model, steps, n, "after")
+            cells["1 thread"].append(decode_tok_s(model, steps, 1, "before", sequences)[0])
+            cells["before"].append(decode_tok_s(model, steps, n, "before", sequences)[0])
+            tok_s, stats = decode_tok_s(model, steps, n, "after", sequences)
             cells["after"].append(tok_s)
             teams.append(stats)
     return {
@@ -123,6 +131,12 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "pyllama-bench")
     ap.add_argument("--steps", type=int, default=256, help="positions per run (pyllama bench's default)")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument(
+        "--sequences",
+        default="stories260K=16",
+        help="generations per run, per model (name=N,...; default 1): stories260K decodes 256 positions in "
+        "about 40 ms, shorter than the scheduler's swings beside a busy loop, so its runs take 16",
+    )
     ap.add_argument("--busy-cpu", type=int, default=1, help="the core the busy loop is pinned to")
     ap.add_argument("--phases", default="idle,loaded", help="idle, loaded or both")
     ap.add_argument("--json", type=Path)
@@ -132,14 +146,20 @@ def main() -> None:
     phases = {"idle": None, "loaded": args.busy_cpu}
     results: dict = {}
     load_before = os.getloadavg()
-    for label, path, tok in models(args.models_dir, args.workdir, args.models.split(",")):
+    sequences = dict(item.split("=") for item in args.sequences.split(",") if item)
+    for (label, path, tok), name in zip(
+        models(args.models_dir, args.workdir, args.models.split(",")), args.models.split(","), strict=True
+    ):
         model = Model.load(path, tokenizer=tok)
         results[label] = {}
         for phase in args.phases.split(","):
-            results[label][phase] = measure(model, args.steps, args.runs, phases[phase])
+            results[label][phase] = measure(model, args.steps, args.runs, phases[phase], int(sequences.get(name, 1)))
             print(f"{label}, {phase}: {results[label][phase]['median']}", flush=True)
     print(f"\ndefault threads: {default_threads()}; load average before {load_before}, after {os.getloadavg()}")
-    print(f"decode tok/s, median of {args.runs} rounds, {args.steps} positions per run\n")
+    print(
+        f"decode tok/s, median of {args.runs} rounds, {args.steps} positions per generation, generations per "
+        f"run: {args.sequences or 1}\n"
+    )
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

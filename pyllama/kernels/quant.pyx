@@ -57,8 +57,7 @@ cdef extern from *:
     /* ---- Q8_0 row times the Q8_0-quantised activation ----
        A block is fp16 d then 32 int8. Per block, 8 int32 lanes: lane l = sum_k w[4l+k] x[4l+k]
        (k < 4), exact. Each lane is converted to float and fused-multiply-added with d_w * d_x into
-       one of two accumulators (even blocks, odd blocks: two dependency chains), which are added
-       lane-wise at the end and reduced in a fixed order. AVX2: the integer dot is |w| (unsigned) times
+       one accumulator, block after block, which is reduced in a fixed order at the end. AVX2: the integer dot is |w| (unsigned) times
        sign(w)·x with maddubs + madd, or one vpdpbusd with VNNI; exact because |x| <= 127. The plain C
        path computes the same lanes. */
     static inline float pyllama_reduce8(const float* a8) {
@@ -66,10 +65,8 @@ cdef extern from *:
     }
 
     #if defined(__AVX2__) && defined(__FMA__)
-    static inline __m256i pyllama_dot4_i8(const uint8_t* wq, const int8_t* xq) {
-        const __m256i w = _mm256_loadu_si256((const __m256i*)wq);
-        const __m256i x = _mm256_loadu_si256((const __m256i*)xq);
-        const __m256i aw = _mm256_abs_epi8(w);      /* |w| as unsigned bytes: -128 gives 128, exact */
+    /* the 8 lanes of one block from |w| (aw, unsigned bytes) and w: |w| times sign(w)·x */
+    static inline __m256i pyllama_lanes_abs_i8(__m256i aw, __m256i w, __m256i x) {
         const __m256i sx = _mm256_sign_epi8(x, w);  /* x * sign(w): |x| <= 127 never overflows */
     #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
         return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
@@ -79,6 +76,12 @@ cdef extern from *:
         /* byte pairs to int16: |sum| <= 2 * 128 * 127 < 32767, so maddubs never saturates */
         return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
     #endif
+    }
+
+    static inline __m256i pyllama_dot4_i8(const uint8_t* wq, const int8_t* xq) {
+        const __m256i w = _mm256_loadu_si256((const __m256i*)wq);
+        const __m256i x = _mm256_loadu_si256((const __m256i*)xq);
+        return pyllama_lanes_abs_i8(_mm256_abs_epi8(w), w, x);  /* |w|: -128 gives 128, exact */
     }
     #endif
 
@@ -122,11 +125,64 @@ cdef extern from *:
     #endif
         return pyllama_reduce8(acc);
     }
+
+    /* Rows r0 and r0 + 1 (w, w + row_bytes) times positions p < 4 (xq + p * cols, xs + p * n_blocks):
+       out[p * out_stride + r] for r < 2, each element exactly pyllama_dot_q8_0's computation (its lanes,
+       its float product d_w * d_x, its fma per block in block order, its reduction), so a tile gives the
+       bits of eight separate dots. The tile loads each weight block and its |w| once for four
+       positions and each activation block once for both rows, and keeps the eight accumulators in
+       registers: a block of positions multiplies at the speed of the arithmetic, not of the loads. */
+    static inline void pyllama_q8_0_tile_2x4(const uint8_t* w, ptrdiff_t row_bytes, const int8_t* xq,
+                                             const float* xs, ptrdiff_t cols, ptrdiff_t n_blocks, float* out,
+                                             ptrdiff_t out_stride) {
+    #if defined(__AVX2__) && defined(__FMA__)
+        __m256 acc[2][4];
+        for (int r = 0; r < 2; r++)
+            for (int p = 0; p < 4; p++) acc[r][p] = _mm256_setzero_ps();
+        for (ptrdiff_t b = 0; b < n_blocks; b++) {
+            const uint8_t* blk0 = w + 34 * b;
+            const uint8_t* blk1 = blk0 + row_bytes;
+            if ((b & 1) == 0) {
+                pyllama_prefetch(blk0 + PYLLAMA_PREFETCH_AHEAD);
+                pyllama_prefetch(blk1 + PYLLAMA_PREFETCH_AHEAD);
+            }
+            uint16_t h0, h1;
+            memcpy(&h0, blk0, sizeof h0);
+            memcpy(&h1, blk1, sizeof h1);
+            const float dw0 = pyllama_half_to_float(h0), dw1 = pyllama_half_to_float(h1);
+            const __m256i w0 = _mm256_loadu_si256((const __m256i*)(blk0 + 2));
+            const __m256i w1 = _mm256_loadu_si256((const __m256i*)(blk1 + 2));
+            const __m256i aw0 = _mm256_abs_epi8(w0), aw1 = _mm256_abs_epi8(w1);
+            for (int p = 0; p < 4; p++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + p * cols + 32 * b));
+                const float dx = xs[p * n_blocks + b];
+                acc[0][p] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * dx),
+                                            _mm256_cvtepi32_ps(pyllama_lanes_abs_i8(aw0, w0, x)), acc[0][p]);
+                acc[1][p] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * dx),
+                                            _mm256_cvtepi32_ps(pyllama_lanes_abs_i8(aw1, w1, x)), acc[1][p]);
+            }
+        }
+        float a8[8];
+        for (int r = 0; r < 2; r++)
+            for (int p = 0; p < 4; p++) {
+                _mm256_storeu_ps(a8, acc[r][p]);
+                out[p * out_stride + r] = pyllama_reduce8(a8);
+            }
+    #else
+        for (int r = 0; r < 2; r++)
+            for (int p = 0; p < 4; p++)
+                out[p * out_stride + r] = pyllama_dot_q8_0(w + r * row_bytes, xq + p * cols, xs + p * n_blocks,
+                                                           n_blocks);
+    #endif
+    }
     """
     float half_to_float "pyllama_half_to_float"(uint16_t h) noexcept nogil
     uint16_t float_to_half "pyllama_float_to_half"(float x) noexcept nogil
     float dot_q8_0 "pyllama_dot_q8_0"(const uint8_t* w, const signed char* xq, const float* xs,
                                       Py_ssize_t n_blocks) noexcept nogil
+    void q8_0_tile_2x4 "pyllama_q8_0_tile_2x4"(const uint8_t* w, Py_ssize_t row_bytes, const signed char* xq,
+                                               const float* xs, Py_ssize_t cols, Py_ssize_t n_blocks, float* out,
+                                               Py_ssize_t out_stride) noexcept nogil
 
 DEF QK8_0 = 32          # values per Q8_0 block
 DEF Q8_0_BYTES = 34     # fp16 scale + 32 int8
@@ -170,10 +226,30 @@ cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch*
         out[i] = dot_q8_0(w + i * row_bytes, scratch.q, scratch.scales, n_blocks)
 
 
+cdef inline void q8_0_row_pair(float* out, const uint8_t* w, Py_ssize_t row_bytes, Py_ssize_t i, Py_ssize_t rows,
+                               const QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_blocks,
+                               Py_ssize_t n_pos) noexcept nogil:
+    """Rows i and i + 1 (or row i alone, the last of an odd count) for every position: 2x4 tiles, then
+    the remaining positions one dot at a time; every element is dot_q8_0's computation."""
+    cdef Py_ssize_t p = 0, r
+    cdef const uint8_t* wi = w + i * row_bytes
+    if i + 1 < rows:
+        while p + 4 <= n_pos:
+            q8_0_tile_2x4(wi, row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks, cols, n_blocks,
+                          out + p * rows + i, rows)
+            p += 4
+    while p < n_pos:
+        for r in range(i, min(i + 2, rows)):
+            out[p * rows + r] = dot_q8_0(w + r * row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
+                                         n_blocks)
+        p += 1
+
+
 cdef void matmul_q8_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                       int n_threads) noexcept nogil:
     """out[p, i] = matvec_q8_0's out[i] for x[p]: every position quantised as matvec does it (into row
-    p of the scratch), then a weight row is read once and dotted with every position."""
+    p of the scratch), then rows are taken in pairs, each pair read once for every position (in tiles
+    of 4 positions, q8_0_tile_2x4); a pair is computed by one thread."""
     cdef Py_ssize_t n_blocks = m.cols // QK8_0
     cdef Py_ssize_t row_bytes = n_blocks * Q8_0_BYTES
     cdef Py_ssize_t rows = m.rows, cols = m.cols
@@ -182,15 +258,11 @@ cdef void matmul_q8_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_
     for p in range(n_pos):
         quantize_q8_0(scratch.q + p * cols, scratch.scales + p * n_blocks, x + p * cols, cols)
     if team_size(n_threads, rows * cols * n_pos // Q8_WORK_DIV) == 1:
-        for i in range(rows):
-            for p in range(n_pos):
-                out[p * rows + i] = dot_q8_0(w + i * row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
-                                             n_blocks)
+        for i in range(0, rows, 2):
+            q8_0_row_pair(out, w, row_bytes, i, rows, scratch, cols, n_blocks, n_pos)
         return
-    for i in prange(rows, schedule="static", num_threads=n_threads):
-        for p in range(n_pos):
-            out[p * rows + i] = dot_q8_0(w + i * row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
-                                         n_blocks)
+    for i in prange(0, rows, 2, schedule="static", num_threads=n_threads):
+        q8_0_row_pair(out, w, row_bytes, i, rows, scratch, cols, n_blocks, n_pos)
 
 
 # ---- Q8_GROUPS (llama2.c version 2) ------------------------------------------------------------
