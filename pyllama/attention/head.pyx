@@ -26,11 +26,12 @@ there can flip an int8 rounding when the output projection quantises the row. Pe
     out_i = ggml_vec_dot_f32 over the rows of (v_t,i)_t and a: 32 lanes, lane t mod 32 a fused chain
             over its rows in order, reduced in ggml's order at the end
 
-(llama.cpp multiplies the transposed value cache by the weights; pyllama keeps values by row and
-holds the 32 lanes of every output element in ``lanes``, [32, head_dim] floats per head.)
+(llama.cpp multiplies the transposed value cache by the weights; pyllama keeps values by row, builds
+the 32 lanes of every output element one lane at a time in registers, ``ggml_attend.h``, and keeps
+them in ``lanes``, [32, head_dim] floats per head, for the reduction.)
 """
 
-from libc.math cimport fmaf, sqrtf
+from libc.math cimport sqrtf
 
 from pyllama.kernels.elementwise cimport ARITH_GGML, ARITH_RUNC, softmax
 from pyllama.kernels.matvec cimport dot_f32
@@ -49,6 +50,10 @@ cdef extern from "../kernels/ggml_math.h":
     float pyllama_ggml_reduce32(const float* a, long stride) nogil
     float pyllama_ggml_dot_f32(const float* x, const float* y, long n) nogil
 
+cdef extern from "ggml_attend.h":
+    void pyllama_ggml_weighted_rows(float* out, const float* w, const float* const* vp, const float* base,
+                                    Py_ssize_t stride, long n, int hd, float* lanes) nogil
+
 
 # The arithmetic of both routines, once: a row's score, and a value row added to an output with its
 # weight. attend_head and attend_head_rows differ only in which rows they visit and in what order
@@ -63,26 +68,6 @@ cdef inline void add_weighted(float* out, float a, const float* vrow, int head_d
         out[i] = out[i] + a * vrow[i]
 
 
-# llama.cpp's arithmetic (the module docstring): the lanes of the weighted sum of the value rows
-cdef inline void lanes_zero(float* lanes, int head_dim) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(GGML_LANES * head_dim):
-        lanes[i] = 0.0
-
-
-cdef inline void lane_add(float* lanes, long long t, float a, const float* vrow, int head_dim) noexcept nogil:
-    cdef float* acc = lanes + (t % GGML_LANES) * head_dim
-    cdef Py_ssize_t i
-    for i in range(head_dim):
-        acc[i] = fmaf(vrow[i], a, acc[i])
-
-
-cdef inline void lanes_out(float* out, const float* lanes, int head_dim) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(head_dim):
-        out[i] = pyllama_ggml_reduce32(lanes + i, head_dim)
-
-
 cdef void attend_head_ggml(const float* q, const float** keys, const float** values, const float* bias,
                            Py_ssize_t n, int head_dim, float* scores, float* lanes, float* out) noexcept nogil:
     cdef Py_ssize_t t
@@ -93,10 +78,7 @@ cdef void attend_head_ggml(const float* q, const float** keys, const float** val
         for t in range(n):
             scores[t] = scores[t] + bias[t]
     pyllama_ggml_softmax(scores, n)
-    lanes_zero(lanes, head_dim)
-    for t in range(n):
-        lane_add(lanes, t, scores[t], values[t], head_dim)
-    lanes_out(out, lanes, head_dim)
+    pyllama_ggml_weighted_rows(out, scores, values, NULL, 0, n, head_dim, lanes)
 
 
 cdef void attend_rows_ggml(const float* q, const float* keys, const float* values, Py_ssize_t stride,
@@ -107,10 +89,7 @@ cdef void attend_rows_ggml(const float* q, const float* keys, const float* value
     for t in range(n):
         scores[t] = pyllama_ggml_dot_f32(keys + t * stride, q, head_dim) * kq_scale
     pyllama_ggml_softmax(scores, n)
-    lanes_zero(lanes, head_dim)
-    for t in range(n):
-        lane_add(lanes, t, scores[t], values + t * stride, head_dim)
-    lanes_out(out, lanes, head_dim)
+    pyllama_ggml_weighted_rows(out, scores, NULL, values, stride, n, head_dim, lanes)
 
 
 cdef void attend_head(const float* q, const float** keys, const float** values, const float* bias,

@@ -57,7 +57,8 @@ cdef extern from *:
     /* ---- Q8_0 row times the Q8_0-quantised activation ----
        A block is fp16 d then 32 int8. Per block, 8 int32 lanes: lane l = sum_k w[4l+k] x[4l+k]
        (k < 4), exact. Each lane is converted to float and fused-multiply-added with d_w * d_x into
-       one accumulator, block after block, which is reduced in a fixed order at the end. AVX2: the integer dot is |w| (unsigned) times
+       one accumulator, block after block, which is reduced in a fixed order at the end.
+       AVX2: the integer dot is |w| (unsigned) times
        sign(w)·x with maddubs + madd, or one vpdpbusd with VNNI; exact because |x| <= 127. The plain C
        path computes the same lanes. */
     static inline float pyllama_reduce8(const float* a8) {
