@@ -19,7 +19,7 @@ from pyllama.errors import PositionError
 
 from pyllama.attention.base cimport Attention
 from pyllama.attention.head cimport GGML_LANES
-from pyllama.kernels.elementwise cimport ARITH_GGML, ARITH_RUNC
+from pyllama.kernels.elementwise cimport arithmetic_of
 
 
 cdef class GatherAttention(Attention):
@@ -45,7 +45,7 @@ cdef class GatherAttention(Attention):
         self.score_rows = max(rows, score_rows)
         self.scores = <float*>self.own(np.zeros((config.n_heads, self.score_rows), dtype=np.float32))
         self.lanes = <float*>self.own(np.zeros((config.n_heads, GGML_LANES * config.head_dim), dtype=np.float32))
-        self.arithmetic = ARITH_GGML if getattr(config, "arithmetic", "run.c") == "ggml" else ARITH_RUNC
+        self.arithmetic = arithmetic_of(config)
         self.kptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
         self.vptr = <const float**>self.own(np.zeros((config.n_heads, rows), dtype=np.uintp))
         self._counts = None

@@ -33,7 +33,7 @@ them in ``lanes``, [32, head_dim] floats per head, for the reduction.)
 
 from libc.math cimport sqrtf
 
-from pyllama.kernels.elementwise cimport ARITH_GGML, ARITH_RUNC, softmax
+from pyllama.kernels.elementwise cimport ARITH_GGML, arithmetic_code, arithmetic_of, softmax
 from pyllama.kernels.matvec cimport dot_f32
 
 import numpy as np
@@ -68,28 +68,20 @@ cdef inline void add_weighted(float* out, float a, const float* vrow, int head_d
         out[i] = out[i] + a * vrow[i]
 
 
-cdef void attend_head_ggml(const float* q, const float** keys, const float** values, const float* bias,
-                           Py_ssize_t n, int head_dim, float* scores, float* lanes, float* out) noexcept nogil:
-    cdef Py_ssize_t t
+cdef void attend_ggml(const float* q, const float** keys, const float** values, const float* key_base,
+                      const float* value_base, Py_ssize_t stride, const float* bias, long long n, int head_dim,
+                      float* scores, float* lanes, float* out) noexcept nogil:
+    """llama.cpp's arithmetic over n rows: row t is keys[t]/values[t] when the tables are given, else
+    key_base/value_base + t * stride (contiguous rows); bias: NULL or one per row."""
+    cdef long long t
     cdef float kq_scale = 1.0 / sqrtf(<float>head_dim)
     for t in range(n):
-        scores[t] = pyllama_ggml_dot_f32(keys[t], q, head_dim) * kq_scale
+        scores[t] = pyllama_ggml_dot_f32(keys[t] if keys != NULL else key_base + t * stride, q, head_dim) * kq_scale
     if bias != NULL:
         for t in range(n):
             scores[t] = scores[t] + bias[t]
     pyllama_ggml_softmax(scores, n)
-    pyllama_ggml_weighted_rows(out, scores, values, NULL, 0, n, head_dim, lanes)
-
-
-cdef void attend_rows_ggml(const float* q, const float* keys, const float* values, Py_ssize_t stride,
-                           long long n, int head_dim, float* scores, float* lanes, float* out) noexcept nogil:
-    """attend_head_ggml over contiguous rows 0 .. n - 1 (keys/values + t * stride), no bias."""
-    cdef long long t
-    cdef float kq_scale = 1.0 / sqrtf(<float>head_dim)
-    for t in range(n):
-        scores[t] = pyllama_ggml_dot_f32(keys + t * stride, q, head_dim) * kq_scale
-    pyllama_ggml_softmax(scores, n)
-    pyllama_ggml_weighted_rows(out, scores, NULL, values, stride, n, head_dim, lanes)
+    pyllama_ggml_weighted_rows(out, scores, values, value_base, stride, n, head_dim, lanes)
 
 
 cdef void attend_head(const float* q, const float** keys, const float** values, const float* bias,
@@ -97,7 +89,7 @@ cdef void attend_head(const float* q, const float** keys, const float** values, 
                       float* lanes) noexcept nogil:
     cdef Py_ssize_t t, i
     if arithmetic == ARITH_GGML:
-        attend_head_ggml(q, keys, values, bias, n, head_dim, scores, lanes, out)
+        attend_ggml(q, keys, values, NULL, NULL, 0, bias, n, head_dim, scores, lanes, out)
         return
     cdef float scale = sqrtf(<float>head_dim)
     for t in range(n):
@@ -123,8 +115,8 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
     cdef Py_ssize_t j, i
     if arithmetic == ARITH_GGML:
         for j in range(m):
-            attend_rows_ggml(q + j * q_stride, keys, values, stride, n + j, head_dim, scores + j * score_stride,
-                             lanes, out + j * out_stride)
+            attend_ggml(q + j * q_stride, NULL, NULL, keys, values, stride, NULL, n + j, head_dim,
+                        scores + j * score_stride, lanes, out + j * out_stride)
         return
     cdef float scale = sqrtf(<float>head_dim)
     cdef float* sc
@@ -178,16 +170,10 @@ def attend_one_head(const float[::1] q, const float[:, ::1] keys, const float[:,
     cdef float[::1] sv = scores
     cdef float[::1] ov = out
     cdef float[::1] lv = lanes
-    cdef int arith = _arithmetic(arithmetic)
+    cdef int arith = arithmetic_code(arithmetic)
     attend_head(&q[0], <const float**>&kpv[0], <const float**>&vpv[0], bptr, n, hd, &sv[0], &ov[0], arith,
                 &lv[0])
     return out
-
-
-cdef int _arithmetic(name) except -1:
-    if name not in ("run.c", "ggml"):
-        raise ValueError(f"arithmetic must be 'run.c' or 'ggml', not {name!r}")
-    return ARITH_GGML if name == "ggml" else ARITH_RUNC
 
 
 def attend_rows(config, const float[::1] q, const float[:, ::1] keys, const float[:, ::1] values,
@@ -229,7 +215,7 @@ def attend_rows(config, const float[::1] q, const float[:, ::1] keys, const floa
     scores = np.empty(n, dtype=np.float32)
     lanes = np.empty(GGML_LANES * hd, dtype=np.float32)
     cdef float[::1] lv = lanes
-    cdef int arith = _arithmetic(getattr(config, "arithmetic", "run.c"))
+    cdef int arith = arithmetic_of(config)
     cdef size_t[::1] kpv = kp
     cdef size_t[::1] vpv = vp
     cdef float[::1] sv = scores

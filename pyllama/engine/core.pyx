@@ -26,7 +26,7 @@ from pyllama.engine.capture cimport bind_capture, bind_ledger
 from pyllama.engine.forward cimport forward
 from pyllama.engine.generate cimport generate
 from pyllama.engine.state cimport Config, LayerPtrs, RopeTables, RunState
-from pyllama.kernels.elementwise cimport ARITH_GGML, ARITH_RUNC
+from pyllama.kernels.elementwise cimport arithmetic_of
 from pyllama.kernels.matvec cimport matrix_of, quant_scratch
 from pyllama.kernels.rope cimport rope_spec_of, rope_row
 from pyllama.sampler cimport Sampler
@@ -96,7 +96,7 @@ cdef class Engine:
         self.t.config.kv_dim = config.kv_dim
         self.t.config.vocab_size = config.vocab_size
         self.t.config.eps = config.norm_eps
-        self.t.config.arithmetic = ARITH_GGML if config.arithmetic == "ggml" else ARITH_RUNC
+        self.t.config.arithmetic = arithmetic_of(config)
         self.t.config.max_block = self.max_block
         return 0
 

@@ -6,6 +6,10 @@ cdef enum:
     ARITH_RUNC = 0
     ARITH_GGML = 1
 
+# the code of a config's (or a name's) arithmetic; a config without the attribute is run.c's
+cdef int arithmetic_of(config) except -1
+cdef int arithmetic_code(name) except -1
+
 cdef float fast_expf(float x) noexcept nogil
 cdef void exp_inplace(float* x, Py_ssize_t n) noexcept nogil
 cdef void rmsnorm(float* out, const float* x, const float* weight, Py_ssize_t n, float eps) noexcept nogil

@@ -33,6 +33,19 @@ cdef float EXP_LO = -87.33654  # below this e^x is not a normal float: return 0
 cdef float EXP_HI = 88.3762626647949  # above this 2^k would overflow the exponent field
 
 
+cdef int arithmetic_code(name) except -1:
+    """ARITH_RUNC for "run.c", ARITH_GGML for "ggml" (ModelConfig.arithmetic); anything else is refused."""
+    if name == "ggml":
+        return ARITH_GGML
+    if name == "run.c":
+        return ARITH_RUNC
+    raise ValueError(f"arithmetic must be 'run.c' or 'ggml', not {name!r}")
+
+
+cdef int arithmetic_of(config) except -1:
+    return arithmetic_code(getattr(config, "arithmetic", "run.c"))
+
+
 cdef float fast_expf(float x) noexcept nogil:
     cdef float xc = x
     if xc > EXP_HI:

@@ -17,6 +17,8 @@ and ``fmaf(x0, sin, x1*cos)``.
 from libc.math cimport cosf, fmaf, sinf, powf
 from libc.stdlib cimport malloc, free
 
+from pyllama.kernels.elementwise cimport ARITH_GGML, arithmetic_of
+
 import numpy as np
 
 
@@ -26,7 +28,7 @@ cdef RopeSpec rope_spec_of(object config):
     s.n_rot = config.n_rot
     s.style = ROPE_NEOX if config.rope_style == "neox" else ROPE_NORMAL
     s.theta = config.rope_theta
-    s.ggml = getattr(config, "arithmetic", "run.c") == "ggml"
+    s.ggml = arithmetic_of(config) == ARITH_GGML
     return s
 
 
