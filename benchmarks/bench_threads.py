@@ -3,8 +3,9 @@ busy loop pinned to one core, before and after the thread policy (pyllama/kernel
 
 "before" is the policy as it was: every decode token on the full team (``set_decode_policy("fixed")``)
 and the old serial threshold, 2^15 multiply-adds. "after" is the default: the adaptive decode
-controller and the 2^16 threshold. Both are set at run time in one process, so every round runs
-1 thread, default-before and default-after in turn on the same mapped weights; the table gives the
+controller and the 2^15 + 1 threshold. Both are set at run time in one process, so every round runs
+1 thread, default-before and default-after in turn, generation by generation, on the same mapped
+weights; the table gives the
 median of ``--runs`` rounds, and the median of the per-round ratios after / 1 thread (each round's
 default run against the 1-thread run just before it, which a slow drift of the machine's load
 moves less than it moves two separate medians). The loaded half starts its own ``taskset -c CPU`` busy loop
@@ -55,40 +56,45 @@ def busy_loop(cpu: int | None):
         proc.wait()
 
 
-def decode_tok_s(model: Model, steps: int, threads: int, policy: str, sequences: int = 1) -> tuple[float, dict]:
-    """Decode tok/s over ``sequences`` generations of ``steps`` positions (tokens over decode time)."""
+def decode_seconds(model: Model, steps: int, threads: int, policy: str) -> tuple[float, float, dict]:
+    """One generation of ``steps`` positions: (tokens decoded, decode seconds, the controller's stats)."""
     name, threshold = POLICIES[policy]
     previous_policy = set_decode_policy(name)
     previous_threshold = set_serial_below() if threshold is None else set_serial_below(threshold)
     try:
         prompt = "Once upon a time" if model.tokenizer is not None else [1]
-        seconds = tokens = 0.0
-        for _ in range(sequences):
-            out = model.generate(
-                prompt, steps=steps, temperature=0.0, attention="causal", threads=threads, ignore_eos=True
-            )
-            decoded = out.steps - min(len(out.prompt_ids), out.steps)  # the positions tok_per_s counts
-            tokens += decoded
-            seconds += decoded / out.tok_per_s
-        return tokens / seconds, decode_stats()
+        out = model.generate(prompt, steps=steps, temperature=0.0, attention="causal", threads=threads, ignore_eos=True)
+        decoded = out.steps - min(len(out.prompt_ids), out.steps)  # the positions tok_per_s counts
+        return decoded, decoded / out.tok_per_s, decode_stats()
     finally:
         set_decode_policy(previous_policy)
         set_serial_below(previous_threshold)
 
 
 def measure(model: Model, steps: int, runs: int, cpu: int | None, sequences: int = 1) -> dict:
-    """Median tok/s of ``runs`` rounds of (1 thread, default before, default after)."""
+    """Median tok/s of ``runs`` rounds of (1 thread, default before, default after).
+
+    A round's three runs are interleaved generation by generation (1 thread, before, after, 1
+    thread, ...), ``sequences`` generations each, and each run's tok/s is its tokens over its decode
+    time: beside a busy loop a short decode's speed jumps between two levels every few seconds
+    (stories260K: about 4,500 and 6,500 tok/s, whichever code runs), and interleaving gives the three
+    the same share of each level instead of handing a whole level to one of them."""
     n = default_threads()
-    cells: dict[str, list[float]] = {"1 thread": [], "before": [], "after": []}
+    configs = {"1 thread": (1, "before"), "before": (n, "before"), "after": (n, "after")}
+    cells: dict[str, list[float]] = {k: [] for k in configs}
     teams: list[dict] = []
     with busy_loop(cpu):
-        decode_tok_s(model, min(steps, 32), n, "after")  # warm-up: page cache, first-call costs
+        decode_seconds(model, min(steps, 32), n, "after")  # warm-up: page cache, first-call costs
         for _ in range(runs):
-            cells["1 thread"].append(decode_tok_s(model, steps, 1, "before", sequences)[0])
-            cells["before"].append(decode_tok_s(model, steps, n, "before", sequences)[0])
-            tok_s, stats = decode_tok_s(model, steps, n, "after", sequences)
-            cells["after"].append(tok_s)
-            teams.append(stats)
+            totals = {k: [0.0, 0.0] for k in configs}
+            for _ in range(sequences):
+                for k, (threads, policy) in configs.items():
+                    tokens, seconds, stats = decode_seconds(model, steps, threads, policy)
+                    totals[k][0] += tokens
+                    totals[k][1] += seconds
+            for k, (tokens, seconds) in totals.items():
+                cells[k].append(tokens / seconds)
+            teams.append(stats)  # the last "after" generation's controller
     return {
         "median": {k: statistics.median(v) for k, v in cells.items()},
         "paired_after_over_1": statistics.median(a / o for a, o in zip(cells["after"], cells["1 thread"], strict=True)),
@@ -133,9 +139,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument(
         "--sequences",
-        default="stories260K=16",
+        default="stories260K=32,stories15M=4",
         help="generations per run, per model (name=N,...; default 1): stories260K decodes 256 positions in "
-        "about 40 ms, shorter than the scheduler's swings beside a busy loop, so its runs take 16",
+        "about 50 ms, shorter than the speed swings beside a busy loop, so its runs take 32, the 15M shape's 4",
     )
     ap.add_argument("--busy-cpu", type=int, default=1, help="the core the busy loop is pinned to")
     ap.add_argument("--phases", default="idle,loaded", help="idle, loaded or both")

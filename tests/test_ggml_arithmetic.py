@@ -79,6 +79,24 @@ def test_ggml_exp_is_accurate_and_silu_uses_it_on_groups_of_eight():
     assert np.array_equal(hb[:8], expected[:8])
 
 
+def test_ggml_exp_in_groups_of_eight_equals_the_scalar_form_bit_for_bit():
+    # SiLU runs ggml's exp 8 lanes at a time where the CPU has AVX2 (ggml_math.h's pyllama_ggml_v_expf);
+    # ggml_exp runs the scalar form one value at a time. Every lane must be the scalar's bits, the two
+    # rare branches (|n| > 126: results near the float range's ends; |n| > 192: 0 or inf) included.
+    f = np.float32
+    signs = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40]
+    edges = [88.72, 88.73, 89.0, -87.3, -87.4, -103.9, -104.0, -150.0, 87.34, -87.34, 127.0, -127.0, 133.0, -133.0]
+    specials = signs + edges + [200.0, -200.0]
+    x = np.concatenate([np.linspace(-200, 200, 40_000, dtype=f), np.array(specials, f)])
+    x = np.concatenate([x, np.zeros(-x.size % 8, f)])  # whole groups: no libm tail
+    hb = x.copy()
+    swiglu_(hb, np.ones_like(x), "ggml")
+    with np.errstate(all="ignore"):
+        expected = (x / (f(1) + ggml_exp(f(0) - x))).astype(f)
+    assert np.array_equal(hb.view(np.uint32)[~np.isnan(x)], expected.view(np.uint32)[~np.isnan(x)])
+    assert np.isnan(hb[np.isnan(x)]).all()
+
+
 def test_unknown_arithmetic_is_refused():
     with pytest.raises(InputError, match="arithmetic"):
         Model.load(shared_file("stories260K.bin"), arithmetic="fast")

@@ -1,13 +1,25 @@
 /* ggml's single-precision exp, SiLU and attention softmax, lane for lane: the AVX2 ggml_v_expf of ggml-cpu's vec.h
  * (a degree-5 polynomial after a round-to-nearest range reduction, with fused multiply-adds) written
  * per element with fmaf, so that every build of pyllama gives the bits llama.cpp's AVX2 build gives.
- * llama.cpp applies it to whole groups of 8 and libm's expf to the remainder of a row. */
+ * llama.cpp applies it to whole groups of 8 and libm's expf to the remainder of a row.
+ *
+ * Where the CPU has AVX2 and FMA, the same operations also run 8 lanes at a time
+ * (pyllama_ggml_v_expf, the group sums, the 32-lane dot product): each lane is the scalar form's
+ * operations in its order, one rounding each, so both paths give the same bits (the portable build,
+ * PYLLAMA_PORTABLE=1, runs the scalar forms; tests/test_ggml_attention.py checks the bits against numpy
+ * emulations of ggml's order). The scalar forms cost a third of the decode time of GGUF attention. */
 #ifndef PYLLAMA_GGML_MATH_H
 #define PYLLAMA_GGML_MATH_H
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 #include "halfbits.h"
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PYLLAMA_GGML_AVX2 1
+#else
+#define PYLLAMA_GGML_AVX2 0
+#endif
 
 
 static inline float pyllama_ggml_expf(float x) {
@@ -31,9 +43,55 @@ static inline float pyllama_ggml_expf(float x) {
     return fmaf(s2, j, s2) * s1;
 }
 
+#if PYLLAMA_GGML_AVX2
+/* pyllama_ggml_expf on 8 lanes (ggml_v_expf's AVX2 code): the same operations, the two rare branches
+   (|n| > 126, |n| > 192) as blends */
+static inline __m256 pyllama_ggml_v_expf(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1.0f))));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+    const __m256 normal = _mm256_fmadd_ps(j, k, k);
+    if (!_mm256_movemask_ps(big))
+        return normal;
+    const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                       _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+    const __m256 special = _mm256_blendv_ps(_mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1), _mm256_mul_ps(s1, s1), huge);
+    return _mm256_blendv_ps(normal, special, big);
+}
+
+/* pyllama_ggml_hsum8 of the 8 lanes of e: ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7)) */
+static inline float pyllama_ggml_hsum8_avx2(__m256 e) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(e), _mm256_extractf128_ps(e, 1)); /* e_l + e_(l+4) */
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));                                  /* s0 + s2, s1 + s3 */
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+#endif
+
 /* ggml_vec_silu_f32 followed by ggml_mul: hb = silu(hb) * hb2 */
 static inline void pyllama_ggml_swiglu(float *hb, const float *hb2, long n) {
     long i = 0;
+#if PYLLAMA_GGML_AVX2
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (; i + 7 < n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(hb + i);
+        const __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, pyllama_ggml_v_expf(_mm256_sub_ps(zero, x))));
+        _mm256_storeu_ps(hb + i, _mm256_mul_ps(silu, _mm256_loadu_ps(hb2 + i)));
+    }
+#endif
     for (; i + 7 < n; i += 8)
         for (long l = i; l < i + 8; l++)
             hb[l] = (hb[l] / (1.0f + pyllama_ggml_expf(0.0f - hb[l]))) * hb2[l];
@@ -55,10 +113,33 @@ static inline float pyllama_ggml_hsum8(const float *e) {
  * here the last group is completed with zeros. */
 static inline void pyllama_ggml_softmax(float *x, long n) {
     float max = -INFINITY;
-    for (long i = 0; i < n; i++)
+    long im = 0;
+#if PYLLAMA_GGML_AVX2
+    /* the max in 8 lanes: max_ps(x, m) keeps m where x is NaN, as the scalar test does; of two equal
+       values it keeps one (+0 and -0 alike: e^(x - max) is 1 for either) */
+    if (n >= 8) {
+        __m256 m = _mm256_set1_ps(-INFINITY);
+        for (; im + 8 <= n; im += 8)
+            m = _mm256_max_ps(_mm256_loadu_ps(x + im), m);
+        float lanes[8];
+        _mm256_storeu_ps(lanes, m);
+        for (int l = 0; l < 8; l++)
+            max = lanes[l] > max ? lanes[l] : max;
+    }
+#endif
+    for (long i = im; i < n; i++)
         max = x[i] > max ? x[i] : max;
     double sum = 0.0;
-    for (long i = 0; i < n; i += 8) {
+    long i0 = 0;
+#if PYLLAMA_GGML_AVX2
+    const __m256 mv = _mm256_set1_ps(max);
+    for (; i0 + 8 <= n; i0 += 8) {
+        const __m256 e = pyllama_ggml_v_expf(_mm256_sub_ps(_mm256_loadu_ps(x + i0), mv));
+        _mm256_storeu_ps(x + i0, e);
+        sum += (double)pyllama_ggml_hsum8_avx2(e);
+    }
+#endif
+    for (long i = i0; i < n; i += 8) {
         float e[8];
         for (int l = 0; l < 8; l++)
             e[l] = i + l < n ? pyllama_ggml_expf(x[i + l] - max) : 0.0f;
@@ -85,12 +166,28 @@ static inline float pyllama_ggml_reduce32(const float *a, long stride) {
  * multiple of 32, reduced as above; the remainder (a head size that is not a multiple of 32) is added
  * after, in order, which GCC contracts to fused multiply-adds as written here. */
 static inline float pyllama_ggml_dot_f32(const float *x, const float *y, long n) {
-    float acc[32] = {0.0f};
     const long np = n & ~31L;
+#if PYLLAMA_GGML_AVX2
+    /* lanes 0-7, 8-15, 16-23, 24-31; then pyllama_ggml_reduce32 on vectors: y = (a0 + a2) + (a1 + a3),
+       t = y's halves added, (t0 + t1) + (t2 + t3) */
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (long i = 0; i < np; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+    }
+    const __m256 yv = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(yv), _mm256_extractf128_ps(yv, 1));
+    const __m128 h = _mm_hadd_ps(t, t); /* t0 + t1, t2 + t3 */
+    float s = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+#else
+    float acc[32] = {0.0f};
     for (long i = 0; i < np; i += 32)
         for (int l = 0; l < 32; l++)
             acc[l] = fmaf(x[i + l], y[i + l], acc[l]);
     float s = pyllama_ggml_reduce32(acc, 1);
+#endif
     for (long i = np; i < n; i++)
         s = fmaf(x[i], y[i], s);
     return s;

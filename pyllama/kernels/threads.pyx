@@ -6,9 +6,12 @@ asks ``team_size(n_threads, work)``: one thread below ``serial_below()`` units o
 caller's thread count. ``work`` is counted in float32 multiply-adds, each caller scaling its own
 loop to that unit: a float32 matrix of rows x cols is rows * cols, an F16 one half that (its rows
 stream twice as fast), an int8 one a quarter, an attention step n_rows * n_heads * head_dim. The
-threshold, 2^16, is the smallest power of two above stories260K's largest product (its 512 x 64
-classifier): on the idle 2-core machine that one team per token made 2-thread decode 26% slower than
-1 thread, while the smallest products of the stories15M shape (288 x 288, 83k) still gain from two.
+threshold, 2^15 + 1, keeps stories260K's largest product (its 512 x 64 classifier, 2^15) on one
+thread: on the idle 2-core machine that one team per token made 2-thread decode 26% slower than 1
+thread, while the smallest products of the stories15M shape (288 x 288, 83k) still gain from two.
+It is not higher: at 2^16 the attention steps of the stories15M shape between 114 and 227 cached
+rows (6 heads x 48 x rows) ran on one thread, and idle 2-thread decode of that shape lost 5% (262
+against 277-287 tok/s, six interleaved rounds, benchmarks/README.md).
 
 **Decode under load** (``DecodeTeam``). Which of 1 and n threads is faster depends on the machine's
 load, which the program cannot see: idle, two threads decode the 15M shape 1.8x faster; with one
@@ -45,7 +48,7 @@ import os
 
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-DEF DEFAULT_SERIAL_BELOW = 1 << 16
+DEF DEFAULT_SERIAL_BELOW = (1 << 15) + 1
 
 DEF POLICY_FIXED = 0      # every decode token on the caller's team (the behaviour before the controller)
 DEF POLICY_ADAPTIVE = 1   # the controller above
