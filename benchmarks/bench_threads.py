@@ -92,9 +92,11 @@ def measure(model: Model, steps: int, runs: int, cpu: int | None, sequences: int
                     tokens, seconds, stats = decode_seconds(model, steps, threads, policy)
                     totals[k][0] += tokens
                     totals[k][1] += seconds
+                    if k == "after":
+                        after_stats = stats
             for k, (tokens, seconds) in totals.items():
                 cells[k].append(tokens / seconds)
-            teams.append(stats)  # the last "after" generation's controller
+            teams.append(after_stats)  # the round's last "after" generation's controller
     return {
         "median": {k: statistics.median(v) for k, v in cells.items()},
         "paired_after_over_1": statistics.median(a / o for a, o in zip(cells["after"], cells["1 thread"], strict=True)),

@@ -137,7 +137,7 @@ def test_parallel_always_makes_every_loop_parallel(parallel_always):
 def test_the_default_threshold():
     assert serial_below() == (1 << 15) + 1
     assert team_for(2, 512 * 64) == 1  # stories260K's classifier, its largest product
-    assert team_for(2, 8 * 8 * 256) == 1  # stories260K's attention at its context (8 heads x 8)
+    assert team_for(2, 8 * 8 * 512) == 1  # stories260K's attention at its 512-position context (8 heads x 8)
     assert team_for(2, 288 * 288) == 2  # the stories15M shape's smallest products
     assert team_for(2, 6 * 48 * 114) == 2  # its attention from 114 cached rows (2^16 left it serial to 227)
     assert team_for(1, BIG) == 1 and team_for(0, BIG) == 1

@@ -7,7 +7,9 @@
  * (pyllama_ggml_v_expf, the group sums, the 32-lane dot product): each lane is the scalar form's
  * operations in its order, one rounding each, so both paths give the same bits (the portable build,
  * PYLLAMA_PORTABLE=1, runs the scalar forms; tests/test_ggml_attention.py checks the bits against numpy
- * emulations of ggml's order). The scalar forms cost a third of the decode time of GGUF attention. */
+ * emulations of ggml's order, tests/test_ggml_arithmetic.py the 8-lane exp against the scalar one).
+ * Measured on the 110M shape's Q4_K_M decode: attention 13% of the time with the scalar forms, 11% with
+ * these. */
 #ifndef PYLLAMA_GGML_MATH_H
 #define PYLLAMA_GGML_MATH_H
 #include <math.h>
