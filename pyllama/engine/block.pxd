@@ -7,4 +7,4 @@ from pyllama.attention.base cimport Attention
 from pyllama.engine.state cimport Transformer
 
 cdef int forward_block(Transformer* t, Attention attention, const int32_t* tokens, Py_ssize_t n, long long pos,
-                       float* logits) except -1 nogil
+                       float* logits, bint classify=*) except -1 nogil

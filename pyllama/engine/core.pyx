@@ -311,9 +311,9 @@ cdef class Engine:
             out = NULL if logits is None else &logits[c, 0]
             if fast:
                 with nogil:
-                    forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out)
+                    forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, out != NULL or c + m == n)
             else:
-                forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out)
+                forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, out != NULL or c + m == n)
         return self.logits_view
 
     def generate_into(self, const int32_t[::1] prompt, long long steps, Sampler sampler, int32_t[::1] out,

@@ -52,9 +52,9 @@ cdef int run_prompt(Transformer* t, Attention attention, const TokenLoop* loop, 
         m = min(t.config.max_block, loop.n_known - c)
         if fast:
             with nogil:
-                forward_block(t, attention, loop.prompt + c, m, c, NULL)
+                forward_block(t, attention, loop.prompt + c, m, c, NULL, c + m == loop.n_known)
         else:
-            forward_block(t, attention, loop.prompt + c, m, c, NULL)
+            forward_block(t, attention, loop.prompt + c, m, c, NULL, c + m == loop.n_known)
     return 0
 
 
