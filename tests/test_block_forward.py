@@ -113,6 +113,22 @@ def test_block_logits_equal_per_position_logits(models, name, threads, parallel_
     _check_logits(models(name), "causal", threads, [1, 7, 64, 0], n=80)
 
 
+@pytest.mark.parametrize("name", ["stories260K", "quant/tiny-llama-q4_k_m.gguf"])
+def test_long_prompt_last_logits(models, name):
+    """Without a logits array, only the last block applies the classifier: the last position's logits
+    are still those of one forward per position, and an earlier block's would-be logits are never
+    written into the returned view (it is the last position's after the call)."""
+    model = models(name)
+    tokens = _tokens(model, 80)
+    expect = _per_position(model, "causal", tokens, 1)
+    engine = Engine(model.config, model.weights, create_plugin("causal"), 1, max_block=16)
+    got = np.array(engine.forward_block(tokens, 0))
+    assert _same_bits(got, expect[-1])
+    engine.reset()
+    got = np.array(engine.forward_block(tokens[:33], 0))  # blocks of 16, 16 and 1
+    assert _same_bits(got, expect[32])
+
+
 @grid
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("name", MODELS)
