@@ -7,14 +7,6 @@ Rows are split across OpenMP threads with a static schedule and the positions ar
 weight row is read from memory once per block of positions. Element (p, r) is ``dot(W[r], act[p])``
 whatever ``n_pos``, the thread count or the row's thread: a block product is bit-identical to the
 one-position product on x[p].
-
-Rows are visited a quarter of the matrix apart (``quarter_row``: 0, q, 2q, 3q, 1, q + 1, ...), as
-``matvec_f32`` takes its four rows: each thread then reads four streams through the matrix instead
-of one, which the hardware prefetcher follows better from DRAM. The order changes when a row is
-computed, never how. Measured at 2 threads on an AVX2 EPYC, interleaved runs of ``pyllama bench``:
-the 110M shape's Q4_K_M decode went from 149-203 to 224-231 tok/s and the 42M shape's from 438-465
-to 563-582; Q6_K files were as noisy before as after (no change beyond it). The eight-row Q4_0
-kernel (``quant_product_groups8``) showed no gain in the same test and keeps the plain order.
 """
 
 from cython.parallel cimport prange
@@ -47,15 +39,6 @@ cdef inline pyllama_qact activation_of(const QuantScratch* scratch, const float*
     return a
 
 
-cdef inline Py_ssize_t quarter_row(Py_ssize_t i, Py_ssize_t rows) noexcept nogil:
-    """The row visited i-th: rows g, g + q, g + 2q, g + 3q in turn (q = rows // 4), then the
-    rows % 4 last rows in order."""
-    cdef Py_ssize_t q = rows >> 2
-    if i >= 4 * q:
-        return i
-    return (i & 3) * q + (i >> 2)
-
-
 cdef void quantize_positions(const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                              int act) noexcept nogil:
     cdef Py_ssize_t p, cols = m.cols
@@ -73,19 +56,17 @@ cdef void quantize_positions(const Matrix* m, const float* x, Py_ssize_t n_pos, 
 cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                         int n_threads, row_dot_fn dot, int act, Py_ssize_t row_bytes) noexcept nogil:
     cdef Py_ssize_t cols = m.cols, rows = m.rows
-    cdef Py_ssize_t p, r, i
+    cdef Py_ssize_t p, r
     cdef const unsigned char* w = <const unsigned char*>m.data
     cdef pyllama_qact a
     quantize_positions(m, x, n_pos, scratch, act)
     if team_size(n_threads, rows * cols * n_pos // QBLOCK_WORK_DIV) == 1:
-        for i in range(rows):
-            r = quarter_row(i, rows)
+        for r in range(rows):
             for p in range(n_pos):
                 a = activation_of(scratch, x, cols, p)
                 out[p * rows + r] = dot(w + r * row_bytes, &a, cols)
         return
-    for i in prange(rows, schedule="static", num_threads=n_threads):
-        r = quarter_row(i, rows)
+    for r in prange(rows, schedule="static", num_threads=n_threads):
         for p in range(n_pos):
             a = activation_of(scratch, x, cols, p)
             out[p * rows + r] = dot(w + r * row_bytes, &a, cols)
