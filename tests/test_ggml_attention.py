@@ -71,7 +71,7 @@ def _ggml_attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.n
     return np.array([_reduce32(lanes[:, i]) for i in range(hd)], F32)
 
 
-@pytest.mark.parametrize(("n", "hd"), [(1, 32), (7, 32), (8, 64), (33, 64), (100, 32), (300, 64)])
+@pytest.mark.parametrize(("n", "hd"), [(1, 32), (7, 32), (8, 64), (33, 64), (100, 32), (300, 64), (45, 96), (17, 128)])
 def test_attention_follows_ggml_order_bitwise(n, hd):
     rng = np.random.default_rng(n + hd)
     q = (rng.standard_normal(hd) * 2).astype(F32)

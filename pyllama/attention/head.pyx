@@ -47,12 +47,12 @@ cdef enum:
 # ggml's arithmetic, inlined here from the kernels' header (a path relative to this module's C file)
 cdef extern from "../kernels/ggml_math.h":
     void pyllama_ggml_softmax(float* x, long n) nogil
-    float pyllama_ggml_reduce32(const float* a, long stride) nogil
-    float pyllama_ggml_dot_f32(const float* x, const float* y, long n) nogil
 
 cdef extern from "ggml_attend.h":
     void pyllama_ggml_weighted_rows(float* out, const float* w, const float* const* vp, const float* base,
                                     Py_ssize_t stride, long n, int hd, float* lanes) nogil
+    void pyllama_ggml_scores(float* scores, const float* q, const float* const* kp, const float* base,
+                             Py_ssize_t stride, long n, int hd, float scale) nogil
 
 
 # The arithmetic of both routines, once: a row's score, and a value row added to an output with its
@@ -75,8 +75,7 @@ cdef void attend_ggml(const float* q, const float** keys, const float** values, 
     key_base/value_base + t * stride (contiguous rows); bias: NULL or one per row."""
     cdef long long t
     cdef float kq_scale = 1.0 / sqrtf(<float>head_dim)
-    for t in range(n):
-        scores[t] = pyllama_ggml_dot_f32(keys[t] if keys != NULL else key_base + t * stride, q, head_dim) * kq_scale
+    pyllama_ggml_scores(scores, q, keys, key_base, stride, n, head_dim, kq_scale)
     if bias != NULL:
         for t in range(n):
             scores[t] = scores[t] + bias[t]
