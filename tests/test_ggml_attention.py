@@ -48,10 +48,15 @@ def _reduce32(lanes: np.ndarray) -> np.float32:
 
 
 def _ggml_dot(x: np.ndarray, y: np.ndarray) -> np.float32:
+    """ggml_vec_dot_f32: 32 lanes over the whole groups of 32, reduced, then the rest in a fused chain."""
+    main = x.size // 32 * 32
     lanes = np.zeros(32, F32)
-    for i in range(0, x.size, 32):
+    for i in range(0, main, 32):
         lanes = _fma(x[i : i + 32], y[i : i + 32], lanes)
-    return _reduce32(lanes)
+    s = _reduce32(lanes)
+    for i in range(main, x.size):
+        s = _fma(x[i], y[i], s)
+    return s
 
 
 def _ggml_attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -71,7 +76,11 @@ def _ggml_attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.n
     return np.array([_reduce32(lanes[:, i]) for i in range(hd)], F32)
 
 
-@pytest.mark.parametrize(("n", "hd"), [(1, 32), (7, 32), (8, 64), (33, 64), (100, 32), (300, 64), (45, 96), (17, 128)])
+# head sizes: multiples of 32, and 48 / 80, whose scores end in a fused chain past the last 32
+SIZES = [(1, 32), (7, 32), (8, 64), (33, 64), (100, 32), (300, 64), (45, 96), (17, 128), (40, 48), (19, 80)]
+
+
+@pytest.mark.parametrize(("n", "hd"), SIZES)
 def test_attention_follows_ggml_order_bitwise(n, hd):
     rng = np.random.default_rng(n + hd)
     q = (rng.standard_normal(hd) * 2).astype(F32)

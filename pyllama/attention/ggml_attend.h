@@ -87,41 +87,47 @@ static inline void pyllama_ggml_weighted_rows(float* out, const float* w, const 
 }
 
 /* scores[t] = pyllama_ggml_dot_f32(key row t, q, hd) * scale for t < n (row t: kp[t] when the table is
-   given, else base + t * stride). With AVX2 and hd a multiple of 32, eight rows at a time: each row's
-   32 lanes exactly as pyllama_ggml_dot_f32 builds them, its 8 -> 4 step (t = low half + high half), then
-   the last steps, (t0 + t1) + (t2 + t3), for the eight rows side by side after a transpose: the same
-   additions of the same operands, so the same bits, for a quarter of the horizontal work. */
+   given, else base + t * stride). With AVX2, eight rows at a time: each row's 32 lanes exactly as
+   pyllama_ggml_dot_f32 builds them, its 8 -> 4 step (t = low half + high half), then the last steps,
+   (t0 + t1) + (t2 + t3), for the eight rows side by side after a transpose, then a head size's
+   remainder past the last multiple of 32 (the 15M shape's 48) as each row's fused chain in order, the
+   eight chains side by side: the same operations on the same operands, so the same bits, for a
+   quarter of the horizontal work. */
 static inline void pyllama_ggml_scores(float* scores, const float* q, const float* const* kp, const float* base,
                                        ptrdiff_t stride, long n, int hd, float scale) {
     long t = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-    if (hd % 32 == 0) {
-        const __m256 sv = _mm256_set1_ps(scale);
-        for (; t + 8 <= n; t += 8) {
-            __m128 tk[8];
-            for (int k = 0; k < 8; k++) {
-                const float* x = pyllama_value_row(kp, base, stride, t + k);
-                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-                for (int i = 0; i < hd; i += 32) {
-                    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(q + i), a0);
-                    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(q + i + 8), a1);
-                    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(q + i + 16), a2);
-                    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(q + i + 24), a3);
-                }
-                const __m256 yv = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
-                tk[k] = _mm_add_ps(_mm256_castps256_ps128(yv), _mm256_extractf128_ps(yv, 1));
+    const int np = hd & ~31;
+    const __m256 sv = _mm256_set1_ps(scale);
+    for (; t + 8 <= n; t += 8) {
+        const float* r[8];
+        __m128 tk[8];
+        for (int k = 0; k < 8; k++) {
+            const float* x = r[k] = pyllama_value_row(kp, base, stride, t + k);
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < np; i += 32) {
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(q + i), a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(q + i + 8), a1);
+                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(q + i + 16), a2);
+                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(q + i + 24), a3);
             }
-            /* u_k = [t of row k | t of row k + 4]; a 4 x 4 transpose in each 128-bit half gives
-               c_e = element e of every row's t, rows 0-3 low, 4-7 high */
-            const __m256 u0 = _mm256_set_m128(tk[4], tk[0]), u1 = _mm256_set_m128(tk[5], tk[1]);
-            const __m256 u2 = _mm256_set_m128(tk[6], tk[2]), u3 = _mm256_set_m128(tk[7], tk[3]);
-            const __m256 w0 = _mm256_unpacklo_ps(u0, u1), w1 = _mm256_unpackhi_ps(u0, u1);
-            const __m256 w2 = _mm256_unpacklo_ps(u2, u3), w3 = _mm256_unpackhi_ps(u2, u3);
-            const __m256 c0 = _mm256_shuffle_ps(w0, w2, 0x44), c1 = _mm256_shuffle_ps(w0, w2, 0xEE);
-            const __m256 c2 = _mm256_shuffle_ps(w1, w3, 0x44), c3 = _mm256_shuffle_ps(w1, w3, 0xEE);
-            const __m256 total = _mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3));
-            _mm256_storeu_ps(scores + t, _mm256_mul_ps(total, sv));
+            const __m256 yv = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+            tk[k] = _mm_add_ps(_mm256_castps256_ps128(yv), _mm256_extractf128_ps(yv, 1));
         }
+        /* u_k = [t of row k | t of row k + 4]; a 4 x 4 transpose in each 128-bit half gives
+           c_e = element e of every row's t, rows 0-3 low, 4-7 high */
+        const __m256 u0 = _mm256_set_m128(tk[4], tk[0]), u1 = _mm256_set_m128(tk[5], tk[1]);
+        const __m256 u2 = _mm256_set_m128(tk[6], tk[2]), u3 = _mm256_set_m128(tk[7], tk[3]);
+        const __m256 w0 = _mm256_unpacklo_ps(u0, u1), w1 = _mm256_unpackhi_ps(u0, u1);
+        const __m256 w2 = _mm256_unpacklo_ps(u2, u3), w3 = _mm256_unpackhi_ps(u2, u3);
+        const __m256 c0 = _mm256_shuffle_ps(w0, w2, 0x44), c1 = _mm256_shuffle_ps(w0, w2, 0xEE);
+        const __m256 c2 = _mm256_shuffle_ps(w1, w3, 0x44), c3 = _mm256_shuffle_ps(w1, w3, 0xEE);
+        __m256 total = _mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3));
+        for (int i = np; i < hd; i++) {
+            const __m256 xi = _mm256_set_ps(r[7][i], r[6][i], r[5][i], r[4][i], r[3][i], r[2][i], r[1][i], r[0][i]);
+            total = _mm256_fmadd_ps(xi, _mm256_set1_ps(q[i]), total);
+        }
+        _mm256_storeu_ps(scores + t, _mm256_mul_ps(total, sv));
     }
 #endif
     for (; t < n; t++)
