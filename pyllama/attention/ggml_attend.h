@@ -12,7 +12,7 @@
 #endif
 
 /* row t of the keys or values: vp[t] when vp is given, else base + t * stride */
-static inline const float* pyllama_value_row(const float* const* vp, const float* base, ptrdiff_t stride, long t) {
+static inline const float* pyllama_kv_row(const float* const* vp, const float* base, ptrdiff_t stride, long t) {
     return vp != NULL ? vp[t] : base + t * stride;
 }
 
@@ -23,7 +23,7 @@ static inline void pyllama_ggml_lane_chunk(float* lanes, const float* w, const f
     if (m == 64) {
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
         for (long t = l; t < n; t += 32) {
-            const float* v = pyllama_value_row(vp, base, stride, t) + d0;
+            const float* v = pyllama_kv_row(vp, base, stride, t) + d0;
             const __m256 b = _mm256_set1_ps(w[t]);
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(v), b, a0);
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8), b, a1);
@@ -50,7 +50,7 @@ static inline void pyllama_ggml_lane_chunk(float* lanes, const float* w, const f
     for (int k = 0; k < m; k++)
         o[k] = 0.0f;
     for (long t = l; t < n; t += 32) {
-        const float* v = pyllama_value_row(vp, base, stride, t) + d0;
+        const float* v = pyllama_kv_row(vp, base, stride, t) + d0;
         const float a = w[t];
         for (int k = 0; k < m; k++)
             o[k] = fmaf(v[k], a, o[k]);
@@ -87,8 +87,8 @@ static inline void pyllama_ggml_weighted_rows(float* out, const float* w, const 
 }
 
 /* scores[t] = pyllama_ggml_dot_f32(key row t, q, hd) * scale for t < n (row t: kp[t] when the table is
-   given, else base + t * stride). With AVX2, eight rows at a time: each row's 32 lanes exactly as
-   pyllama_ggml_dot_f32 builds them, its 8 -> 4 step (t = low half + high half), then the last steps,
+   given, else base + t * stride). With AVX2, eight rows at a time: each row's 32 lanes and 8 -> 4 step
+   by pyllama_ggml_dot32_t, the helper pyllama_ggml_dot_f32 uses, then the last steps,
    (t0 + t1) + (t2 + t3), for the eight rows side by side after a transpose, then a head size's
    remainder past the last multiple of 32 (the 15M shape's 48) as each row's fused chain in order, the
    eight chains side by side: the same operations on the same operands, so the same bits, for a
@@ -97,22 +97,14 @@ static inline void pyllama_ggml_scores(float* scores, const float* q, const floa
                                        ptrdiff_t stride, long n, int hd, float scale) {
     long t = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-    const int np = hd & ~31;
+    const long np = hd & ~31L;
     const __m256 sv = _mm256_set1_ps(scale);
     for (; t + 8 <= n; t += 8) {
         const float* r[8];
         __m128 tk[8];
         for (int k = 0; k < 8; k++) {
-            const float* x = r[k] = pyllama_value_row(kp, base, stride, t + k);
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int i = 0; i < np; i += 32) {
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(q + i), a0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(q + i + 8), a1);
-                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(q + i + 16), a2);
-                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(q + i + 24), a3);
-            }
-            const __m256 yv = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
-            tk[k] = _mm_add_ps(_mm256_castps256_ps128(yv), _mm256_extractf128_ps(yv, 1));
+            r[k] = pyllama_kv_row(kp, base, stride, t + k);
+            tk[k] = pyllama_ggml_dot32_t(r[k], q, np);
         }
         /* u_k = [t of row k | t of row k + 4]; a 4 x 4 transpose in each 128-bit half gives
            c_e = element e of every row's t, rows 0-3 low, 4-7 high */
@@ -123,7 +115,7 @@ static inline void pyllama_ggml_scores(float* scores, const float* q, const floa
         const __m256 c0 = _mm256_shuffle_ps(w0, w2, 0x44), c1 = _mm256_shuffle_ps(w0, w2, 0xEE);
         const __m256 c2 = _mm256_shuffle_ps(w1, w3, 0x44), c3 = _mm256_shuffle_ps(w1, w3, 0xEE);
         __m256 total = _mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3));
-        for (int i = np; i < hd; i++) {
+        for (long i = np; i < hd; i++) {
             const __m256 xi = _mm256_set_ps(r[7][i], r[6][i], r[5][i], r[4][i], r[3][i], r[2][i], r[1][i], r[0][i]);
             total = _mm256_fmadd_ps(xi, _mm256_set1_ps(q[i]), total);
         }
@@ -131,6 +123,6 @@ static inline void pyllama_ggml_scores(float* scores, const float* q, const floa
     }
 #endif
     for (; t < n; t++)
-        scores[t] = pyllama_ggml_dot_f32(pyllama_value_row(kp, base, stride, t), q, hd) * scale;
+        scores[t] = pyllama_ggml_dot_f32(pyllama_kv_row(kp, base, stride, t), q, hd) * scale;
 }
 #endif

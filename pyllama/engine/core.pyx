@@ -293,6 +293,7 @@ cdef class Engine:
         cdef Py_ssize_t n = tokens.shape[0]
         cdef Py_ssize_t i, c, m
         cdef float* out
+        cdef bint classify
         cdef Py_ssize_t rows = self.t.capture.rows
         if n < 1:
             raise ValueError("forward_block needs at least one token")
@@ -309,11 +310,12 @@ cdef class Engine:
         for c in range(0, n, self.max_block):
             m = min(self.max_block, n - c)
             out = NULL if logits is None else &logits[c, 0]
+            classify = out != NULL or c + m == n  # without logits, only the last block's are read
             if fast:
                 with nogil:
-                    forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, out != NULL or c + m == n)
+                    forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, classify)
             else:
-                forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, out != NULL or c + m == n)
+                forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, classify)
         return self.logits_view
 
     def generate_into(self, const int32_t[::1] prompt, long long steps, Sampler sampler, int32_t[::1] out,

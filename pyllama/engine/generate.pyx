@@ -48,13 +48,15 @@ cdef Py_ssize_t known_positions(const TokenLoop* loop) noexcept nogil:
 
 cdef int run_prompt(Transformer* t, Attention attention, const TokenLoop* loop, bint fast) except -1:
     cdef Py_ssize_t c, m
+    cdef bint last
     for c in range(0, loop.n_known, t.config.max_block):
         m = min(t.config.max_block, loop.n_known - c)
+        last = c + m == loop.n_known  # the decode samples from the last prompt position's logits only
         if fast:
             with nogil:
-                forward_block(t, attention, loop.prompt + c, m, c, NULL, c + m == loop.n_known)
+                forward_block(t, attention, loop.prompt + c, m, c, NULL, last)
         else:
-            forward_block(t, attention, loop.prompt + c, m, c, NULL, c + m == loop.n_known)
+            forward_block(t, attention, loop.prompt + c, m, c, NULL, last)
     return 0
 
 

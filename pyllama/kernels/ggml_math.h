@@ -164,14 +164,12 @@ static inline float pyllama_ggml_reduce32(const float *a, long stride) {
     return (t0 + t1) + (t2 + t3);
 }
 
-/* ggml_vec_dot_f32 on AVX2: lane l (of 32) is a fused chain over the elements i = l mod 32 below the last
- * multiple of 32, reduced as above; the remainder (a head size that is not a multiple of 32) is added
- * after, in order, which GCC contracts to fused multiply-adds as written here. */
-static inline float pyllama_ggml_dot_f32(const float *x, const float *y, long n) {
-    const long np = n & ~31L;
 #if PYLLAMA_GGML_AVX2
-    /* lanes 0-7, 8-15, 16-23, 24-31; then pyllama_ggml_reduce32 on vectors: y = (a0 + a2) + (a1 + a3),
-       t = y's halves added, (t0 + t1) + (t2 + t3) */
+/* The first steps of ggml_vec_dot_f32 on AVX2 over x[0 .. np) (np a multiple of 32): lanes 0-7, 8-15,
+   16-23, 24-31 as four fused chains, then pyllama_ggml_reduce32's first steps on vectors,
+   y = (a0 + a2) + (a1 + a3) and t = y's halves added. What is left is (t0 + t1) + (t2 + t3), which
+   pyllama_ggml_dot_f32 does for one row and the attention scores (ggml_attend.h) for eight at once. */
+static inline __m128 pyllama_ggml_dot32_t(const float *x, const float *y, long np) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (long i = 0; i < np; i += 32) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
@@ -180,7 +178,17 @@ static inline float pyllama_ggml_dot_f32(const float *x, const float *y, long n)
         a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
     }
     const __m256 yv = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
-    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(yv), _mm256_extractf128_ps(yv, 1));
+    return _mm_add_ps(_mm256_castps256_ps128(yv), _mm256_extractf128_ps(yv, 1));
+}
+#endif
+
+/* ggml_vec_dot_f32 on AVX2: lane l (of 32) is a fused chain over the elements i = l mod 32 below the last
+ * multiple of 32, reduced as above; the remainder (a head size that is not a multiple of 32) is added
+ * after, in order, which GCC contracts to fused multiply-adds as written here. */
+static inline float pyllama_ggml_dot_f32(const float *x, const float *y, long n) {
+    const long np = n & ~31L;
+#if PYLLAMA_GGML_AVX2
+    const __m128 t = pyllama_ggml_dot32_t(x, y, np);
     const __m128 h = _mm_hadd_ps(t, t); /* t0 + t1, t2 + t3 */
     float s = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
 #else
