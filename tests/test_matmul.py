@@ -37,7 +37,7 @@ def _tensor(qtype: QType, rows: int, cols: int, seed: int) -> Tensor:
 
 
 # (rows, cols): float types take any size; the integer types need whole blocks of 32
-F_SIZES = [(1, 1), (3, 17), (5, 64), (17, 100), (31, 257), (64, 288), (130, 768)]
+F_SIZES = [(1, 1), (3, 17), (5, 64), (17, 100), (31, 257), (64, 288), (130, 768), (9, 1377), (6, 2100)]
 Q_SIZES = [(1, 32), (3, 64), (17, 96), (31, 288), (130, 544)]
 CASES = [(QType.F32, s) for s in F_SIZES] + [(QType.F16, s) for s in F_SIZES]
 CASES += [(QType.Q8_0, s) for s in Q_SIZES] + [(QType.Q8_GROUPS, s) for s in Q_SIZES]
@@ -55,6 +55,18 @@ def test_matmul_is_matvec_per_position_bit_for_bit(qtype, size, parallel_always)
             got = matmul_tensor(t, _readonly(x[:n_pos]), threads)
             assert got.shape == (n_pos, rows)
             assert np.array_equal(got.view(np.uint32), expect[:n_pos].view(np.uint32)), (n_pos, threads)
+
+
+@pytest.mark.parametrize("cols", [771, 1376, 2065])
+def test_f32_long_rows_and_many_positions_bit_for_bit(cols, parallel_always):
+    # rows longer than one chunk of columns (f32dot.h keeps each lane's chain across chunks) and more
+    # positions than one group of kept lanes: each element still equals its own single-vector product
+    t = _tensor(QType.F32, 11, cols, seed=cols)
+    x = _readonly(np.random.default_rng(cols + 1).standard_normal((140, cols)).astype(np.float32))
+    expect = np.stack([matvec_tensor(t, x[p], 1) for p in range(x.shape[0])])
+    for threads in (1, 2):
+        got = matmul_tensor(t, x, threads)
+        assert np.array_equal(got.view(np.uint32), expect.view(np.uint32)), threads
 
 
 def test_matmul_agrees_with_numpy_within_float32_rounding():

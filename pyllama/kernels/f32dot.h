@@ -110,23 +110,36 @@ static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, 
 #endif
 }
 
+/* rows per strip of the block product: one thread computes a strip, one tile holds its rows */
+#define PYLLAMA_F32_STRIP 4
+
 #if PYLLAMA_F32_AVX2
-/* The block tile: R rows of w times P positions of x (R <= 4, P <= 3), every (r, p) with exactly
-   pyllama_dot_f32's lanes. One pass per half of the 16 lanes (h = 0: lanes 0-7, h = 1: lanes
-   8-15) over the whole rows, which stay in cache: 12 accumulators, each loaded weight vector used
-   P times and each x vector R times (16 ymm registers in all). The empty asm pins each loaded
+/* The block product's blocking. A tile is R <= 4 rows of w times P <= 3 positions of x over one chunk
+   of columns, for one half of the 16 lanes (h = 0: lanes 0-7, h = 1: lanes 8-15): 12 accumulators,
+   each loaded weight vector used P times and each x vector R times (16 ymm registers in all). A
+   row longer than PYLLAMA_F32_KC columns is cut into equal chunks of at most that many, so that
+   the strip's chunk (at most 12 KiB) stays in L1 for every position of the block: over whole rows
+   the FFN's down projection (1,376 or 2,048 columns) did not fit, and ran at 0.28-0.40 of
+   OpenBLAS's sgemm on the same shapes against 0.6-0.9 for the 512-column matrices. A chunk ends
+   with the accumulators stored in ``lanes`` and the next one starts from them, so every lane keeps
+   one chain of FMAs in increasing j: exactly pyllama_dot_f32's lanes. The empty asm pins each loaded
    vector in a register: without it gcc folds the load into every FMA that uses it (seen in the
    generated code: 16 to 24 loads per 12 FMAs instead of 7). */
+#define PYLLAMA_F32_KC 768
+#define PYLLAMA_F32_TILE_POS 3
+#define PYLLAMA_F32_GROUP 66 /* positions whose lanes a strip keeps between chunks (22 tiles) */
+
 static inline __attribute__((always_inline)) void pyllama_tile_f32(const float* w, const float* x, Py_ssize_t cols,
-                                                                   __m256* lanes, const int R, const int P) {
-    const Py_ssize_t n_main = cols - cols % 16;
+                                                                   Py_ssize_t j0, Py_ssize_t j1, __m256* lanes,
+                                                                   const int R, const int P) {
+    /* lanes[(r * P + p) * 2 + h], read when j0 > 0 and written */
     for (int h = 0; h < 2; h++) {
         __m256 acc[4][3];
         for (int r = 0; r < R; r++)
-            for (int p = 0; p < P; p++) acc[r][p] = _mm256_setzero_ps();
+            for (int p = 0; p < P; p++) acc[r][p] = j0 == 0 ? _mm256_setzero_ps() : lanes[(r * P + p) * 2 + h];
         const float* wh = w + 8 * h;
         const float* xh = x + 8 * h;
-        for (Py_ssize_t j = 0; j < n_main; j += 16) {
+        for (Py_ssize_t j = j0; j < j1; j += 16) {
             __m256 xv[3];
             for (int p = 0; p < P; p++) {
                 xv[p] = _mm256_loadu_ps(xh + p * cols + j);
@@ -157,7 +170,7 @@ static inline __attribute__((always_inline)) void pyllama_tile_finish_f32(
             s[r] = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)),
                               _mm_add_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1)));
         }
-        _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]);  /* s[u] lane r = row r's l[u] */
+        _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]); /* s[u] lane r = row r's l[u] */
         const __m128 total = _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3]));
         float* o = out + p * rows;
         if (R == 4 && cols % 16 == 0) {
@@ -174,27 +187,42 @@ static inline __attribute__((always_inline)) void pyllama_tile_finish_f32(
     }
 }
 
-#define PYLLAMA_TILE_CASE(R, P)                                                                  \
-    case 4 * (R) + (P):                                                                          \
-        pyllama_tile_f32(wr, xp, cols, lanes, R, P);                                             \
-        pyllama_tile_finish_f32(lanes, wr, xp, cols, out + p0 * rows + r0, rows, R, P);          \
+/* one tile over columns j0 .. j1 - 1; after the row's last chunk its elements are finished */
+#define PYLLAMA_TILE_CASE(R, P)                                                                      \
+    case 4 * (R) + (P):                                                                              \
+        pyllama_tile_f32(wr, xp, cols, j0, j1, tile_lanes, R, P);                                    \
+        if (j1 == n_main) pyllama_tile_finish_f32(tile_lanes, wr, xp, cols, out + p0 * rows + r0, rows, R, P); \
         break;
 
-/* out[p * rows + r] = pyllama_dot_f32(w[r], x[p]) for rows r0 .. r1 - 1 (at most 4) and every position */
+/* out[p * rows + r] = pyllama_dot_f32(w[r], x[p]) for rows r0 .. r1 - 1 (at most 4) and every
+   position: per group of up to 66 positions, per chunk of columns, the tiles of three positions. */
 static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows,
                                     Py_ssize_t cols, Py_ssize_t r0, Py_ssize_t r1) {
-    __m256 lanes[4 * 3 * 2];
+    __m256 lanes[4 * PYLLAMA_F32_GROUP * 2];
     const int R = (int)(r1 - r0);
     const float* wr = w + r0 * cols;
-    for (Py_ssize_t p0 = 0; p0 < n_pos; p0 += 3) {
-        const int P = n_pos - p0 < 3 ? (int)(n_pos - p0) : 3;
-        const float* xp = x + p0 * cols;
-        switch (4 * R + P) {
-            PYLLAMA_TILE_CASE(1, 1) PYLLAMA_TILE_CASE(1, 2) PYLLAMA_TILE_CASE(1, 3)
-            PYLLAMA_TILE_CASE(2, 1) PYLLAMA_TILE_CASE(2, 2) PYLLAMA_TILE_CASE(2, 3)
-            PYLLAMA_TILE_CASE(3, 1) PYLLAMA_TILE_CASE(3, 2) PYLLAMA_TILE_CASE(3, 3)
-            PYLLAMA_TILE_CASE(4, 1) PYLLAMA_TILE_CASE(4, 2) PYLLAMA_TILE_CASE(4, 3)
-        }
+    const Py_ssize_t n_main = cols - cols % 16;
+    /* equal chunks of whole groups of 16 columns, each at most PYLLAMA_F32_KC */
+    const Py_ssize_t n_chunks = n_main > PYLLAMA_F32_KC ? (n_main + PYLLAMA_F32_KC - 1) / PYLLAMA_F32_KC : 1;
+    const Py_ssize_t chunk = 16 * ((n_main / 16 + n_chunks - 1) / n_chunks);
+    for (Py_ssize_t g0 = 0; g0 < n_pos; g0 += PYLLAMA_F32_GROUP) {
+        const Py_ssize_t g1 = n_pos - g0 < PYLLAMA_F32_GROUP ? n_pos : g0 + PYLLAMA_F32_GROUP;
+        Py_ssize_t j0 = 0;
+        do {
+            const Py_ssize_t j1 = n_main - j0 > chunk ? j0 + chunk : n_main;
+            for (Py_ssize_t p0 = g0; p0 < g1; p0 += PYLLAMA_F32_TILE_POS) {
+                const int P = g1 - p0 < PYLLAMA_F32_TILE_POS ? (int)(g1 - p0) : PYLLAMA_F32_TILE_POS;
+                const float* xp = x + p0 * cols;
+                __m256* tile_lanes = lanes + 4 * 2 * (p0 - g0);
+                switch (4 * R + P) {
+                    PYLLAMA_TILE_CASE(1, 1) PYLLAMA_TILE_CASE(1, 2) PYLLAMA_TILE_CASE(1, 3)
+                    PYLLAMA_TILE_CASE(2, 1) PYLLAMA_TILE_CASE(2, 2) PYLLAMA_TILE_CASE(2, 3)
+                    PYLLAMA_TILE_CASE(3, 1) PYLLAMA_TILE_CASE(3, 2) PYLLAMA_TILE_CASE(3, 3)
+                    PYLLAMA_TILE_CASE(4, 1) PYLLAMA_TILE_CASE(4, 2) PYLLAMA_TILE_CASE(4, 3)
+                }
+            }
+            j0 = j1;
+        } while (j0 < n_main);
     }
 }
 #else

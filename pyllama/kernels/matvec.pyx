@@ -32,6 +32,8 @@ from pyllama.kernels.kquants cimport matmul_kquant, dequantize_row_kquant
 cdef extern from "f32dot.h":
     # the float32 dot product, its four-row form and the block tile, in one order (f32dot.h)
     bint HAVE_DOT4 "PYLLAMA_HAVE_DOT4"
+    # rows per strip of the block product (each strip one thread's, one tile's rows)
+    const Py_ssize_t STRIP "PYLLAMA_F32_STRIP"
     void dot4_f32 "pyllama_dot4_f32"(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n,
                                      float* out, Py_ssize_t out_stride) noexcept nogil
     float dot_f32_c "pyllama_dot_f32"(const float* a, const float* b, Py_ssize_t n) noexcept nogil
@@ -74,16 +76,16 @@ cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows
 
 cdef void matmul_f32(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows, Py_ssize_t cols,
                      int n_threads) noexcept nogil:
-    """out[p, i] = dot_f32(w[i], x[p]) bit for bit, in tiles of 4 rows x 3 positions that reuse every
-    loaded vector (AVX2 + FMA; elsewhere one dot_f32 per element). A tile of rows is read from
-    memory once per block and stays in cache for all positions; tiles are split over threads."""
-    cdef Py_ssize_t t, n_tiles = (rows + 3) // 4
+    """out[p, i] = dot_f32(w[i], x[p]) bit for bit, in strips of 4 rows (f32dot.h: tiles of 4 rows x 3
+    positions over chunks of columns that keep the strip in L1; AVX2 + FMA, elsewhere one dot_f32
+    per element). A strip is read from memory once per block; strips are split over threads."""
+    cdef Py_ssize_t t, n_strips = (rows + STRIP - 1) // STRIP
     if team_size(n_threads, rows * cols * n_pos) == 1:
-        for t in range(n_tiles):
-            matmul_f32_rows(out, w, x, n_pos, rows, cols, 4 * t, min(4 * t + 4, rows))
+        for t in range(n_strips):
+            matmul_f32_rows(out, w, x, n_pos, rows, cols, STRIP * t, min(STRIP * t + STRIP, rows))
         return
-    for t in prange(n_tiles, schedule="static", num_threads=n_threads):
-        matmul_f32_rows(out, w, x, n_pos, rows, cols, 4 * t, min(4 * t + 4, rows))
+    for t in prange(n_strips, schedule="static", num_threads=n_threads):
+        matmul_f32_rows(out, w, x, n_pos, rows, cols, STRIP * t, min(STRIP * t + STRIP, rows))
 
 
 cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
