@@ -29,7 +29,9 @@ cdef struct Matrix:
 cdef struct QuantScratch:
     # the activation vector quantised once per matvec for the integer kernels
     signed char* q           # int8[cols]
-    float* scales            # one per group of 32 (Q8_0, Q8_1), 256 (Q8_K) or group_size (Q8_GROUPS)
+    # scales: one per group of 32 (Q8_0, Q8_1), 256 (Q8_K) or group_size (Q8_GROUPS); room for cols per
+    # position, of which matmul_q8_0 uses the rest for a side-by-side copy
+    float* scales
     float* sums              # Q8_1: fp16(d * sum(q)) per group of 32
     short* bsums             # Q8_K: the sum of each 16 int8 values
 

@@ -132,10 +132,15 @@ cdef extern from *:
        its float product d_w * d_x, its fma per block in block order, its reduction), so a tile gives the
        bits of eight separate dots. The tile loads each weight block and its |w| once for four
        positions and each activation block once for both rows, and keeps the eight accumulators in
-       registers: a block of positions multiplies at the speed of the arithmetic, not of the loads. */
+       registers: a block of positions multiplies at the speed of the arithmetic, not of the loads.
+       xst holds the four positions' activation scales side by side per block (xst[4 b + p] =
+       xs[p * n_blocks + b]): the eight products d_w * d_x of a block are two 4-wide multiplies, stored
+       and read back as broadcasts from memory (load ports), where one scalar multiply and one
+       register broadcast per element took two of the vector pipes that the integer products and the
+       FMAs share. The same IEEE products, so the same bits. */
     static inline void pyllama_q8_0_tile_2x4(const uint8_t* w, ptrdiff_t row_bytes, const int8_t* xq,
-                                             const float* xs, ptrdiff_t cols, ptrdiff_t n_blocks, float* out,
-                                             ptrdiff_t out_stride) {
+                                             const float* xs, const float* xst, ptrdiff_t cols, ptrdiff_t n_blocks,
+                                             float* out, ptrdiff_t out_stride) {
     #if defined(__AVX2__) && defined(__FMA__)
         __m256 acc[2][4];
         for (int r = 0; r < 2; r++)
@@ -150,16 +155,20 @@ cdef extern from *:
             uint16_t h0, h1;
             memcpy(&h0, blk0, sizeof h0);
             memcpy(&h1, blk1, sizeof h1);
-            const float dw0 = pyllama_half_to_float(h0), dw1 = pyllama_half_to_float(h1);
+            const __m128 dx4 = _mm_loadu_ps(xst + 4 * b);
+            float d[8] __attribute__((aligned(32)));  /* d[4 r + p] = d_w(r) * d_x(p) */
+            _mm_store_ps(d, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h0)), dx4));
+            _mm_store_ps(d + 4, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h1)), dx4));
+            /* read d back from memory: gcc would otherwise forward the stores as register shuffles */
+            __asm__("" : : "r"(d) : "memory");
             const __m256i w0 = _mm256_loadu_si256((const __m256i*)(blk0 + 2));
             const __m256i w1 = _mm256_loadu_si256((const __m256i*)(blk1 + 2));
             const __m256i aw0 = _mm256_abs_epi8(w0), aw1 = _mm256_abs_epi8(w1);
             for (int p = 0; p < 4; p++) {
                 const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + p * cols + 32 * b));
-                const float dx = xs[p * n_blocks + b];
-                acc[0][p] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * dx),
+                acc[0][p] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + p),
                                             _mm256_cvtepi32_ps(pyllama_lanes_abs_i8(aw0, w0, x)), acc[0][p]);
-                acc[1][p] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * dx),
+                acc[1][p] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + 4 + p),
                                             _mm256_cvtepi32_ps(pyllama_lanes_abs_i8(aw1, w1, x)), acc[1][p]);
             }
         }
@@ -170,6 +179,7 @@ cdef extern from *:
                 out[p * out_stride + r] = pyllama_reduce8(a8);
             }
     #else
+        (void)xst;
         for (int r = 0; r < 2; r++)
             for (int p = 0; p < 4; p++)
                 out[p * out_stride + r] = pyllama_dot_q8_0(w + r * row_bytes, xq + p * cols, xs + p * n_blocks,
@@ -182,8 +192,8 @@ cdef extern from *:
     float dot_q8_0 "pyllama_dot_q8_0"(const uint8_t* w, const signed char* xq, const float* xs,
                                       Py_ssize_t n_blocks) noexcept nogil
     void q8_0_tile_2x4 "pyllama_q8_0_tile_2x4"(const uint8_t* w, Py_ssize_t row_bytes, const signed char* xq,
-                                               const float* xs, Py_ssize_t cols, Py_ssize_t n_blocks, float* out,
-                                               Py_ssize_t out_stride) noexcept nogil
+                                               const float* xs, const float* xst, Py_ssize_t cols,
+                                               Py_ssize_t n_blocks, float* out, Py_ssize_t out_stride) noexcept nogil
 
 DEF QK8_0 = 32          # values per Q8_0 block
 DEF Q8_0_BYTES = 34     # fp16 scale + 32 int8
@@ -236,8 +246,9 @@ cdef inline void q8_0_row_pair(float* out, const uint8_t* w, Py_ssize_t row_byte
     cdef const uint8_t* wi = w + i * row_bytes
     if i + 1 < rows:
         while p + 4 <= n_pos:
-            q8_0_tile_2x4(wi, row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks, cols, n_blocks,
-                          out + p * rows + i, rows)
+            # the tile's scales side by side (matmul_q8_0 writes them after the n_pos rows of scales)
+            q8_0_tile_2x4(wi, row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
+                          scratch.scales + (n_pos + p) * n_blocks, cols, n_blocks, out + p * rows + i, rows)
             p += 4
     while p < n_pos:
         for r in range(i, min(i + 2, rows)):
@@ -255,9 +266,14 @@ cdef void matmul_q8_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_
     cdef Py_ssize_t row_bytes = n_blocks * Q8_0_BYTES
     cdef Py_ssize_t rows = m.rows, cols = m.cols
     cdef const uint8_t* w = <const uint8_t*>m.data
-    cdef Py_ssize_t i, p
+    cdef Py_ssize_t i, p, b
+    cdef float* side_by_side = scratch.scales + n_pos * n_blocks  # room: the scratch holds cols * n_pos
     for p in range(n_pos):
         quantize_q8_0(scratch.q + p * cols, scratch.scales + p * n_blocks, x + p * cols, cols)
+    # each tile of 4 positions reads its scales as side_by_side[(p0 + 4 b + p) ...]: 4 per block
+    for p in range(n_pos - n_pos % 4):
+        for b in range(n_blocks):
+            side_by_side[(p - p % 4) * n_blocks + 4 * b + p % 4] = scratch.scales[p * n_blocks + b]
     if team_size(n_threads, rows * cols * n_pos // Q8_WORK_DIV) == 1:
         for i in range(0, rows, 2):
             q8_0_row_pair(out, w, row_bytes, i, rows, scratch, cols, n_blocks, n_pos)
