@@ -68,14 +68,18 @@ cdef inline void add_weighted(float* out, float a, const float* vrow, int head_d
         out[i] = out[i] + a * vrow[i]
 
 
+cdef inline float ggml_kq_scale(int head_dim) noexcept nogil:
+    # llama.cpp's kq_scale, 1 / sqrt(head_dim), which multiplies each score
+    return 1.0 / sqrtf(<float>head_dim)
+
+
 cdef void attend_ggml(const float* q, const float** keys, const float** values, const float* key_base,
                       const float* value_base, Py_ssize_t stride, const float* bias, long long n, int head_dim,
                       float* scores, float* lanes, float* out) noexcept nogil:
     """llama.cpp's arithmetic over n rows: row t is keys[t]/values[t] when the tables are given, else
     key_base/value_base + t * stride (contiguous rows); bias: NULL or one per row."""
     cdef long long t
-    cdef float kq_scale = 1.0 / sqrtf(<float>head_dim)
-    pyllama_ggml_scores(scores, q, keys, key_base, stride, n, head_dim, kq_scale)
+    pyllama_ggml_scores(scores, q, keys, key_base, stride, n, head_dim, ggml_kq_scale(head_dim))
     if bias != NULL:
         for t in range(n):
             scores[t] = scores[t] + bias[t]
@@ -109,17 +113,32 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
                            float* lanes) noexcept nogil:
     """Queries j < m (q + j * q_stride) over rows 0 .. n + j - 1 (keys/values + t * stride); out j at
     out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch; lanes: [32, head_dim]
-    scratch of llama.cpp's arithmetic, which attends the queries one after another."""
+    scratch of llama.cpp's arithmetic, which scores the queries tile by tile like the rest and then
+    takes their softmax and weighted sums one query after another."""
     cdef long long t, c, t0, t1, end, total = n + m - 1
     cdef Py_ssize_t j, i
-    if arithmetic == ARITH_GGML:
-        for j in range(m):
-            attend_ggml(q + j * q_stride, NULL, NULL, keys, values, stride, NULL, n + j, head_dim,
-                        scores + j * score_stride, lanes, out + j * out_stride)
-        return
-    cdef float scale = sqrtf(<float>head_dim)
     cdef float* sc
     cdef float* o
+    cdef float kq_scale
+    if arithmetic == ARITH_GGML:
+        # attend_ggml for each query, its scores computed tile by tile for all queries (a score is its
+        # row's and its query's alone, whatever rows are computed beside it), so that a tile of keys is
+        # read from L2 once for the block instead of once per query
+        kq_scale = ggml_kq_scale(head_dim)
+        for c in range((total + ROW_TILE - 1) // ROW_TILE):
+            t0 = c * ROW_TILE
+            t1 = min(t0 + ROW_TILE, total)
+            for j in range(m):
+                end = min(t1, n + j)
+                if end > t0:
+                    pyllama_ggml_scores(scores + j * score_stride + t0, q + j * q_stride, NULL, keys + t0 * stride,
+                                        stride, end - t0, head_dim, kq_scale)
+        for j in range(m):
+            sc = scores + j * score_stride
+            pyllama_ggml_softmax(sc, n + j)
+            pyllama_ggml_weighted_rows(out + j * out_stride, sc, NULL, values, stride, n + j, head_dim, lanes)
+        return
+    cdef float scale = sqrtf(<float>head_dim)
     for c in range((total + ROW_TILE - 1) // ROW_TILE):
         t0 = c * ROW_TILE
         t1 = min(t0 + ROW_TILE, total)
