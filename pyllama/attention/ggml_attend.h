@@ -95,13 +95,36 @@ static inline void pyllama_ggml_weighted_rows(float* out, const float* w, const 
         out[i] = pyllama_ggml_reduce32(lanes + i, hd);
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* x[e] = (r[0][i + e], ..., r[7][i + e]) for e < 8: elements i .. i + 7 of eight rows, transposed */
+static inline void pyllama_transpose8(const float* const* r, long i, __m256* x) {
+    __m256 t[8], u[8];
+    for (int k = 0; k < 8; k += 2) {
+        const __m256 a = _mm256_loadu_ps(r[k] + i), b = _mm256_loadu_ps(r[k + 1] + i);
+        t[k] = _mm256_unpacklo_ps(a, b);     /* a0 b0 a1 b1 | a4 b4 a5 b5 */
+        t[k + 1] = _mm256_unpackhi_ps(a, b); /* a2 b2 a3 b3 | a6 b6 a7 b7 */
+    }
+    for (int h = 0; h < 8; h += 4) {         /* rows h .. h + 3 */
+        u[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);     /* elements 0 | 4 */
+        u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xEE); /* 1 | 5 */
+        u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44); /* 2 | 6 */
+        u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xEE); /* 3 | 7 */
+    }
+    for (int e = 0; e < 4; e++) {
+        x[e] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x20);
+        x[e + 4] = _mm256_permute2f128_ps(u[e], u[4 + e], 0x31);
+    }
+}
+#endif
+
 /* scores[t] = pyllama_ggml_dot_f32(key row t, q, hd) * scale for t < n (row t: kp[t] when the table is
    given, else base + t * stride). With AVX2, eight rows at a time: each row's 32 lanes and 8 -> 4 step
    by pyllama_ggml_dot32_t, the helper pyllama_ggml_dot_f32 uses, then the last steps,
    (t0 + t1) + (t2 + t3), for the eight rows side by side after a transpose, then a head size's
    remainder past the last multiple of 32 (the 15M shape's 48) as each row's fused chain in order, the
-   eight chains side by side: the same operations on the same operands, so the same bits, for a
-   quarter of the horizontal work. */
+   eight chains side by side, their operands transposed 8 x 8 at a time (gathered one element per row
+   before: 8 loads and 7 inserts per step): the same operations on the same operands, so the same
+   bits, for a quarter of the horizontal work. */
 static inline void pyllama_ggml_scores(float* scores, const float* q, const float* const* kp, const float* base,
                                        ptrdiff_t stride, long n, int hd, float scale) {
     long t = 0;
@@ -124,7 +147,14 @@ static inline void pyllama_ggml_scores(float* scores, const float* q, const floa
         const __m256 c0 = _mm256_shuffle_ps(w0, w2, 0x44), c1 = _mm256_shuffle_ps(w0, w2, 0xEE);
         const __m256 c2 = _mm256_shuffle_ps(w1, w3, 0x44), c3 = _mm256_shuffle_ps(w1, w3, 0xEE);
         __m256 total = _mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3));
-        for (long i = np; i < hd; i++) {
+        long i = np;
+        for (; i + 8 <= hd; i += 8) {
+            /* an 8 x 8 transpose: x[e] lane k = element i + e of row k, then the chains' next 8 steps */
+            __m256 x[8];
+            pyllama_transpose8(r, i, x);
+            for (int e = 0; e < 8; e++) total = _mm256_fmadd_ps(x[e], _mm256_set1_ps(q[i + e]), total);
+        }
+        for (; i < hd; i++) {
             const __m256 xi = _mm256_set_ps(r[7][i], r[6][i], r[5][i], r[4][i], r[3][i], r[2][i], r[1][i], r[0][i]);
             total = _mm256_fmadd_ps(xi, _mm256_set1_ps(q[i]), total);
         }
