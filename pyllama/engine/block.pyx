@@ -18,7 +18,7 @@ from pyllama.engine.forward cimport forward, rope_rows_at
 from pyllama.engine.nonfinite cimport check_block_rows, first_bad_row
 from pyllama.engine.state cimport Config, LayerPtrs, RunState, Transformer
 from pyllama.kernels.elementwise cimport add_inplace, rmsnorm_as, swiglu_as
-from pyllama.kernels.matvec cimport embedding_row, matmul, matvec
+from pyllama.kernels.matvec cimport Matrix, embedding_row, matmul, matmul_many, matvec
 from pyllama.kernels.rope cimport rope_apply
 
 
@@ -86,9 +86,11 @@ cdef void block_qkv(Transformer* t, const LayerPtrs* lw, Py_ssize_t n, long long
     cdef const float* sin_row
     for i in range(n):
         rmsnorm_as(c.arithmetic, s.bxb + i * dim, s.bx + i * dim, lw.attn_norm, dim, c.eps)
-    matmul(s.bq, &lw.wq, s.bxb, n, &s.qscratch, t.n_threads)
-    matmul(s.bk, &lw.wk, s.bxb, n, &s.qscratch, t.n_threads)
-    matmul(s.bv, &lw.wv, s.bxb, n, &s.qscratch, t.n_threads)
+    cdef float* outs[3]
+    cdef const Matrix* mats[3]
+    outs[0], outs[1], outs[2] = s.bq, s.bk, s.bv
+    mats[0], mats[1], mats[2] = &lw.wq, &lw.wk, &lw.wv
+    matmul_many(3, outs, mats, s.bxb, n, &s.qscratch, t.n_threads)
     for i in range(n):
         if lw.bq != NULL:
             add_inplace(s.bq + i * q_dim, lw.bq, q_dim)
@@ -113,8 +115,11 @@ cdef void block_ffn(Transformer* t, const LayerPtrs* lw, Py_ssize_t n) noexcept 
         add_inplace(x + i * dim, s.bxb2 + i * dim, dim)
     for i in range(n):
         rmsnorm_as(c.arithmetic, s.bxb + i * dim, x + i * dim, lw.ffn_norm, dim, c.eps)
-    matmul(s.bhb, &lw.w1, s.bxb, n, &s.qscratch, t.n_threads)
-    matmul(s.bhb2, &lw.w3, s.bxb, n, &s.qscratch, t.n_threads)
+    cdef float* outs[2]
+    cdef const Matrix* mats[2]
+    outs[0], outs[1] = s.bhb, s.bhb2
+    mats[0], mats[1] = &lw.w1, &lw.w3
+    matmul_many(2, outs, mats, s.bxb, n, &s.qscratch, t.n_threads)
     for i in range(n):
         swiglu_as(c.arithmetic, s.bhb + i * hidden, s.bhb2 + i * hidden, hidden)
     matmul(s.bxb, &lw.w2, s.bhb, n, &s.qscratch, t.n_threads)

@@ -18,6 +18,10 @@ cdef enum:
     QTYPE_Q5_K = 13
     QTYPE_Q6_K = 14
 
+# the most matrices that one grouped block product (matmul_many) takes
+cdef enum:
+    MAX_MANY = 4
+
 cdef struct Matrix:
     int qtype
     const void* data
@@ -46,5 +50,9 @@ cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scra
 # bit-identical to matvec on x[p]
 cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                  int n_threads) noexcept nogil
+# matmul of count <= MAX_MANY matrices over the same x (same columns) in one parallel loop where their
+# type allows (F32, Q8_0), else one matmul after another; the same bits either way
+cdef void matmul_many(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
+                      QuantScratch* scratch, int n_threads) noexcept nogil
 cdef void embedding_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil
 cdef Matrix matrix_of(object tensor)

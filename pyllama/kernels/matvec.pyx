@@ -23,7 +23,7 @@ import numpy as np
 
 from pyllama.kernels.f16 cimport matvec_f16, matmul_f16
 from pyllama.kernels.quant cimport (
-    matvec_q8_0, matvec_q8_groups, matmul_q8_0, matmul_q8_groups, dequantize_row,
+    matvec_q8_0, matvec_q8_groups, matmul_q8_0, matmul_q8_0_many, matmul_q8_groups, dequantize_row,
 )
 from pyllama.kernels.threads cimport team_size
 from pyllama.kernels.qlegacy cimport matmul_qlegacy, dequantize_row_qlegacy
@@ -86,6 +86,57 @@ cdef void matmul_f32(float* out, const float* w, const float* x, Py_ssize_t n_po
         return
     for t in prange(n_strips, schedule="static", num_threads=n_threads):
         matmul_f32_rows(out, w, x, n_pos, rows, cols, STRIP * t, min(STRIP * t + STRIP, rows))
+
+
+cdef void matmul_f32_many(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
+                          int n_threads) noexcept nogil:
+    """matmul_f32 of count <= MAX_MANY matrices over the same x: the strips of all of them in one
+    parallel loop (one barrier instead of count); each strip is matmul_f32's, so the same bits."""
+    cdef Py_ssize_t first[MAX_MANY + 1]  # strip index where matrix k starts
+    cdef Py_ssize_t t
+    cdef long long work = 0
+    cdef int k
+    first[0] = 0
+    for k in range(count):
+        first[k + 1] = first[k] + (ms[k].rows + STRIP - 1) // STRIP
+        work += ms[k].rows * ms[k].cols * n_pos
+    if team_size(n_threads, work) == 1:
+        for t in range(first[count]):
+            f32_strip_of(outs, ms, first, count, t, x, n_pos)
+        return
+    for t in prange(first[count], schedule="static", num_threads=n_threads):
+        f32_strip_of(outs, ms, first, count, t, x, n_pos)
+
+
+cdef inline void f32_strip_of(float** outs, const Matrix** ms, const Py_ssize_t* first, int count, Py_ssize_t t,
+                              const float* x, Py_ssize_t n_pos) noexcept nogil:
+    """Strip t of the matrices taken one after another."""
+    cdef int k = 0
+    while k + 1 < count and t >= first[k + 1]:
+        k += 1
+    cdef Py_ssize_t r0 = STRIP * (t - first[k])
+    matmul_f32_rows(outs[k], <const float*>ms[k].data, x, n_pos, ms[k].rows, ms[k].cols, r0,
+                    min(r0 + STRIP, ms[k].rows))
+
+
+cdef void matmul_many(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
+                      QuantScratch* scratch, int n_threads) noexcept nogil:
+    """outs[k][n_pos, ms[k].rows] = x @ W_k^T for k < count (count <= MAX_MANY, every W_k with x's
+    columns). F32 or Q8_0 matrices all of one type go through one parallel loop, which saves the
+    barriers of the others (count - 1 per call; Q, K and V of a block, the FFN's gate and up) and, for
+    Q8_0, quantising x again for each; any other mix is one ``matmul`` after another. Every element
+    is ``matmul``'s, so the bits do not depend on the grouping."""
+    cdef int k
+    cdef bint same = n_pos > 1
+    for k in range(1, count):
+        same = same and ms[k].qtype == ms[0].qtype and ms[k].cols == ms[0].cols
+    if same and ms[0].qtype == QTYPE_F32:
+        matmul_f32_many(count, outs, ms, x, n_pos, n_threads)
+    elif same and ms[0].qtype == QTYPE_Q8_0:
+        matmul_q8_0_many(count, outs, ms, x, n_pos, scratch, n_threads)
+    else:
+        for k in range(count):
+            matmul(outs[k], ms[k], x, n_pos, scratch, n_threads)
 
 
 cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,

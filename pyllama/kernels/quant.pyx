@@ -257,29 +257,60 @@ cdef inline void q8_0_row_pair(float* out, const uint8_t* w, Py_ssize_t row_byte
         p += 1
 
 
-cdef void matmul_q8_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                      int n_threads) noexcept nogil:
-    """out[p, i] = matvec_q8_0's out[i] for x[p]: every position quantised as matvec does it (into row
-    p of the scratch), then rows are taken in pairs, each pair read once for every position (in tiles
-    of 4 positions, q8_0_tile_2x4); a pair is computed by one thread."""
-    cdef Py_ssize_t n_blocks = m.cols // QK8_0
-    cdef Py_ssize_t row_bytes = n_blocks * Q8_0_BYTES
-    cdef Py_ssize_t rows = m.rows, cols = m.cols
-    cdef const uint8_t* w = <const uint8_t*>m.data
-    cdef Py_ssize_t i, p, b
+cdef void quantize_block_q8_0(const float* x, Py_ssize_t n_pos, Py_ssize_t cols, QuantScratch* scratch) noexcept nogil:
+    """Every position quantised as matvec_q8_0 does it (into row p of the scratch), and the scales of
+    each tile of 4 positions side by side after them (q8_0_tile_2x4 reads 4 per block)."""
+    cdef Py_ssize_t n_blocks = cols // QK8_0
+    cdef Py_ssize_t p, b
     cdef float* side_by_side = scratch.scales + n_pos * n_blocks  # room: the scratch holds cols * n_pos
     for p in range(n_pos):
         quantize_q8_0(scratch.q + p * cols, scratch.scales + p * n_blocks, x + p * cols, cols)
-    # each tile of 4 positions reads its scales as side_by_side[(p0 + 4 b + p) ...]: 4 per block
     for p in range(n_pos - n_pos % 4):
         for b in range(n_blocks):
             side_by_side[(p - p % 4) * n_blocks + 4 * b + p % 4] = scratch.scales[p * n_blocks + b]
-    if team_size(n_threads, rows * cols * n_pos // Q8_WORK_DIV) == 1:
-        for i in range(0, rows, 2):
-            q8_0_row_pair(out, w, row_bytes, i, rows, scratch, cols, n_blocks, n_pos)
+
+
+cdef void matmul_q8_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                      int n_threads) noexcept nogil:
+    """out[p, i] = matvec_q8_0's out[i] for x[p]: every position quantised as matvec does it
+    (quantize_block_q8_0), then rows are taken in pairs, each pair read once for every position (in
+    tiles of 4 positions, q8_0_tile_2x4); a pair is computed by one thread."""
+    matmul_q8_0_many(1, &out, &m, x, n_pos, scratch, n_threads)
+
+
+cdef void matmul_q8_0_many(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
+                           QuantScratch* scratch, int n_threads) noexcept nogil:
+    """matmul_q8_0 for count <= MAX_MANY matrices of the same columns over the same x (Q, K and V; the
+    FFN's gate and up): x quantised once, and the row pairs of all of them in one parallel loop, one
+    barrier instead of count. Each pair is q8_0_row_pair's, so every element keeps its bits."""
+    cdef Py_ssize_t cols = ms[0].cols
+    cdef Py_ssize_t n_blocks = cols // QK8_0
+    cdef Py_ssize_t first[MAX_MANY + 1]  # pair index where matrix k starts
+    cdef Py_ssize_t t
+    cdef long long work = 0
+    cdef int k
+    first[0] = 0
+    for k in range(count):
+        first[k + 1] = first[k] + (ms[k].rows + 1) // 2
+        work += ms[k].rows * cols * n_pos // Q8_WORK_DIV
+    quantize_block_q8_0(x, n_pos, cols, scratch)
+    if team_size(n_threads, work) == 1:
+        for t in range(first[count]):
+            q8_0_pair_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
         return
-    for i in prange(0, rows, 2, schedule="static", num_threads=n_threads):
-        q8_0_row_pair(out, w, row_bytes, i, rows, scratch, cols, n_blocks, n_pos)
+    for t in prange(first[count], schedule="static", num_threads=n_threads):
+        q8_0_pair_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
+
+
+cdef inline void q8_0_pair_of(float** outs, const Matrix** ms, const Py_ssize_t* first, int count, Py_ssize_t t,
+                              const QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_blocks,
+                              Py_ssize_t n_pos) noexcept nogil:
+    """Row pair t of the matrices taken one after another."""
+    cdef int k = 0
+    while k + 1 < count and t >= first[k + 1]:
+        k += 1
+    q8_0_row_pair(outs[k], <const uint8_t*>ms[k].data, n_blocks * Q8_0_BYTES, 2 * (t - first[k]), ms[k].rows,
+                  scratch, cols, n_blocks, n_pos)
 
 
 # ---- Q8_GROUPS (llama2.c version 2) ------------------------------------------------------------
