@@ -23,9 +23,12 @@ from pathlib import Path
 
 SWITCHES = ("PYLLAMA_PORTABLE", "PYLLAMA_BOUNDSCHECK", "PYLLAMA_NO_OPENMP")
 
-# -fno-math-errno: sqrtf/expf become single instructions (nothing reads errno); no -ffast-math, which
-# would let the compiler reorder float sums and break bit-identical results.
-BASE_COMPILE_ARGS = ("-O3", "-fno-math-errno")
+# -fno-math-errno: sqrtf/expf become single instructions (nothing reads errno). -fno-trapping-math: the
+# compiler may compute both sides of a select (a clamp, a zero below a threshold) and vectorise the
+# loop, as it must not when a float operation could trap; nothing here enables FP traps, and no value
+# changes. No -ffast-math, which would let the compiler reorder float sums and break bit-identical
+# results.
+BASE_COMPILE_ARGS = ("-O3", "-fno-math-errno", "-fno-trapping-math")
 OPENMP_FLAG = "-fopenmp"
 _OPENMP_PROBE = (
     "#include <omp.h>\nint main(void){int n=0;\n#pragma omp parallel\n{n=omp_get_num_threads();}\nreturn n<1;}\n"
