@@ -119,34 +119,31 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
     cdef Py_ssize_t j, i
     cdef float* sc
     cdef float* o
-    cdef float kq_scale
-    if arithmetic == ARITH_GGML:
-        # attend_ggml for each query, its scores computed tile by tile for all queries (a score is its
-        # row's and its query's alone, whatever rows are computed beside it), so that a tile of keys is
-        # read from L2 once for the block instead of once per query
-        kq_scale = ggml_kq_scale(head_dim)
-        for c in range((total + ROW_TILE - 1) // ROW_TILE):
-            t0 = c * ROW_TILE
-            t1 = min(t0 + ROW_TILE, total)
-            for j in range(m):
-                end = min(t1, n + j)
-                if end > t0:
-                    pyllama_ggml_scores(scores + j * score_stride + t0, q + j * q_stride, NULL, keys + t0 * stride,
-                                        stride, end - t0, head_dim, kq_scale)
-        for j in range(m):
-            sc = scores + j * score_stride
-            pyllama_ggml_softmax(sc, n + j)
-            pyllama_ggml_weighted_rows(out + j * out_stride, sc, NULL, values, stride, n + j, head_dim, lanes)
-        return
-    cdef float scale = sqrtf(<float>head_dim)
+    cdef bint ggml = arithmetic == ARITH_GGML
+    # run.c divides a score by sqrt(head_dim), llama.cpp multiplies it by 1 / sqrt(head_dim)
+    cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
+    # the scores, tile by tile for all queries: a tile of keys is read once for the block (a score is
+    # its row's and its query's alone, whatever rows are computed beside it)
     for c in range((total + ROW_TILE - 1) // ROW_TILE):
         t0 = c * ROW_TILE
         t1 = min(t0 + ROW_TILE, total)
         for j in range(m):
             sc = scores + j * score_stride
             end = min(t1, n + j)
-            for t in range(t0, end):
-                sc[t] = row_score(q + j * q_stride, keys + t * stride, head_dim, scale)
+            if ggml:
+                if end > t0:
+                    pyllama_ggml_scores(sc + t0, q + j * q_stride, NULL, keys + t0 * stride, stride, end - t0,
+                                        head_dim, scale)
+            else:
+                for t in range(t0, end):
+                    sc[t] = row_score(q + j * q_stride, keys + t * stride, head_dim, scale)
+    if ggml:
+        # attend_ggml's softmax and weighted sum, one query after another
+        for j in range(m):
+            sc = scores + j * score_stride
+            pyllama_ggml_softmax(sc, n + j)
+            pyllama_ggml_weighted_rows(out + j * out_stride, sc, NULL, values, stride, n + j, head_dim, lanes)
+        return
     for j in range(m):
         softmax(scores + j * score_stride, n + j)
         o = out + j * out_stride

@@ -42,8 +42,6 @@ cdef struct QuantScratch:
 cdef float dot_f32(const float* a, const float* b, Py_ssize_t n) noexcept nogil
 cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows, Py_ssize_t cols,
                      int n_threads) noexcept nogil
-cdef void matmul_f32(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows, Py_ssize_t cols,
-                     int n_threads) noexcept nogil
 cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_pos=*)
 cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil
 # out[n_pos, m.rows] = x[n_pos, m.cols] @ W^T, each weight row read once per block; element (p, r)
@@ -54,5 +52,26 @@ cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, 
 # type allows (F32, Q8_0), else one matmul after another; the same bits either way
 cdef void matmul_many(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
                       QuantScratch* scratch, int n_threads) noexcept nogil
+
+
+# A grouped product splits each of its matrices into units of unit_rows rows (a strip, a row pair) and
+# numbers them one matrix after another: first[k] is matrix k's first unit, first[count] the total.
+cdef inline Py_ssize_t number_units(Py_ssize_t* first, const Matrix** ms, int count,
+                                    Py_ssize_t unit_rows) noexcept nogil:
+    cdef int k
+    first[0] = 0
+    for k in range(count):
+        first[k + 1] = first[k] + (ms[k].rows + unit_rows - 1) // unit_rows
+    return first[count]
+
+
+cdef inline int matrix_of_unit(const Py_ssize_t* first, int count, Py_ssize_t t) noexcept nogil:
+    """The matrix that unit t belongs to (see number_units)."""
+    cdef int k = 0
+    while k + 1 < count and t >= first[k + 1]:
+        k += 1
+    return k
+
+
 cdef void embedding_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil
 cdef Matrix matrix_of(object tensor)

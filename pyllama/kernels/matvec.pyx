@@ -74,46 +74,31 @@ cdef void matvec_f32(float* out, const float* w, const float* x, Py_ssize_t rows
         out[i] = dot_f32(w + i * cols, x, cols)
 
 
-cdef void matmul_f32(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows, Py_ssize_t cols,
-                     int n_threads) noexcept nogil:
-    """out[p, i] = dot_f32(w[i], x[p]) bit for bit, in strips of 4 rows (f32dot.h: tiles of 4 rows x 3
-    positions over chunks of columns that keep the strip in L1; AVX2 + FMA, elsewhere one dot_f32
-    per element). A strip is read from memory once per block; strips are split over threads."""
-    cdef Py_ssize_t t, n_strips = (rows + STRIP - 1) // STRIP
-    if team_size(n_threads, rows * cols * n_pos) == 1:
-        for t in range(n_strips):
-            matmul_f32_rows(out, w, x, n_pos, rows, cols, STRIP * t, min(STRIP * t + STRIP, rows))
-        return
-    for t in prange(n_strips, schedule="static", num_threads=n_threads):
-        matmul_f32_rows(out, w, x, n_pos, rows, cols, STRIP * t, min(STRIP * t + STRIP, rows))
-
-
 cdef void matmul_f32_many(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
                           int n_threads) noexcept nogil:
-    """matmul_f32 of count <= MAX_MANY matrices over the same x: the strips of all of them in one
-    parallel loop (one barrier instead of count); each strip is matmul_f32's, so the same bits."""
-    cdef Py_ssize_t first[MAX_MANY + 1]  # strip index where matrix k starts
-    cdef Py_ssize_t t
+    """outs[k][p, i] = dot_f32(W_k[i], x[p]) bit for bit for count <= MAX_MANY matrices over the same x,
+    in strips of 4 rows (f32dot.h: tiles of 4 rows x 3 positions over chunks of columns that keep the
+    strip in L1; AVX2 + FMA, elsewhere one dot_f32 per element). A strip is read from memory once per
+    block; the strips of all the matrices are split over threads in one parallel loop (one barrier
+    instead of count)."""
+    cdef Py_ssize_t first[MAX_MANY + 1]
+    cdef Py_ssize_t t, n_strips = number_units(first, ms, count, STRIP)
     cdef long long work = 0
     cdef int k
-    first[0] = 0
     for k in range(count):
-        first[k + 1] = first[k] + (ms[k].rows + STRIP - 1) // STRIP
         work += ms[k].rows * ms[k].cols * n_pos
     if team_size(n_threads, work) == 1:
-        for t in range(first[count]):
+        for t in range(n_strips):
             f32_strip_of(outs, ms, first, count, t, x, n_pos)
         return
-    for t in prange(first[count], schedule="static", num_threads=n_threads):
+    for t in prange(n_strips, schedule="static", num_threads=n_threads):
         f32_strip_of(outs, ms, first, count, t, x, n_pos)
 
 
 cdef inline void f32_strip_of(float** outs, const Matrix** ms, const Py_ssize_t* first, int count, Py_ssize_t t,
                               const float* x, Py_ssize_t n_pos) noexcept nogil:
     """Strip t of the matrices taken one after another."""
-    cdef int k = 0
-    while k + 1 < count and t >= first[k + 1]:
-        k += 1
+    cdef int k = matrix_of_unit(first, count, t)
     cdef Py_ssize_t r0 = STRIP * (t - first[k])
     matmul_f32_rows(outs[k], <const float*>ms[k].data, x, n_pos, ms[k].rows, ms[k].cols, r0,
                     min(r0 + STRIP, ms[k].rows))
@@ -149,7 +134,7 @@ cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, 
     if n_pos == 1:
         matvec(out, m, x, scratch, n_threads)
     elif m.qtype == QTYPE_F32:
-        matmul_f32(out, <const float*>m.data, x, n_pos, m.rows, m.cols, n_threads)
+        matmul_f32_many(1, &out, &m, x, n_pos, n_threads)
     elif m.qtype == QTYPE_F16:
         matmul_f16(out, m, x, n_pos, n_threads)
     elif m.qtype == QTYPE_Q8_0:

@@ -1,4 +1,4 @@
-from pyllama.kernels.matvec cimport MAX_MANY, Matrix, QuantScratch
+from pyllama.kernels.matvec cimport MAX_MANY, Matrix, QuantScratch, matrix_of_unit, number_units
 
 cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil
 cdef void matvec_q8_groups(float* out, const Matrix* m, const float* x, QuantScratch* scratch,

@@ -285,20 +285,18 @@ cdef void matmul_q8_0_many(int count, float** outs, const Matrix** ms, const flo
     barrier instead of count. Each pair is q8_0_row_pair's, so every element keeps its bits."""
     cdef Py_ssize_t cols = ms[0].cols
     cdef Py_ssize_t n_blocks = cols // QK8_0
-    cdef Py_ssize_t first[MAX_MANY + 1]  # pair index where matrix k starts
-    cdef Py_ssize_t t
+    cdef Py_ssize_t first[MAX_MANY + 1]
+    cdef Py_ssize_t t, n_pairs = number_units(first, ms, count, 2)
     cdef long long work = 0
     cdef int k
-    first[0] = 0
     for k in range(count):
-        first[k + 1] = first[k] + (ms[k].rows + 1) // 2
         work += ms[k].rows * cols * n_pos // Q8_WORK_DIV
     quantize_block_q8_0(x, n_pos, cols, scratch)
     if team_size(n_threads, work) == 1:
-        for t in range(first[count]):
+        for t in range(n_pairs):
             q8_0_pair_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
         return
-    for t in prange(first[count], schedule="static", num_threads=n_threads):
+    for t in prange(n_pairs, schedule="static", num_threads=n_threads):
         q8_0_pair_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
 
 
@@ -306,9 +304,7 @@ cdef inline void q8_0_pair_of(float** outs, const Matrix** ms, const Py_ssize_t*
                               const QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_blocks,
                               Py_ssize_t n_pos) noexcept nogil:
     """Row pair t of the matrices taken one after another."""
-    cdef int k = 0
-    while k + 1 < count and t >= first[k + 1]:
-        k += 1
+    cdef int k = matrix_of_unit(first, count, t)
     q8_0_row_pair(outs[k], <const uint8_t*>ms[k].data, n_blocks * Q8_0_BYTES, 2 * (t - first[k]), ms[k].rows,
                   scratch, cols, n_blocks, n_pos)
 
