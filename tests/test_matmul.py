@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pyllama.checkpoint.weights import QType, Tensor
-from pyllama.kernels.matvec import matmul_tensor, matvec_tensor
+from pyllama.kernels.matvec import matmul_many_tensors, matmul_tensor, matvec_tensor
 
 BLOCKS = [1, 2, 7, 64]
 THREADS = [1, 2, 3]
@@ -83,3 +83,24 @@ def test_matmul_rejects_mismatched_shapes():
     t = _tensor(QType.F32, 4, 8, seed=1)
     with pytest.raises(ValueError, match="matmul"):
         matmul_tensor(t, np.zeros((3, 9), dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    "qtypes",
+    [[QType.F32] * 3, [QType.Q8_0] * 3, [QType.F32, QType.Q8_0], [QType.F16, QType.F16]],
+    ids=lambda ts: "+".join(t.name for t in ts),
+)
+def test_grouped_products_are_each_matrix_alone_bitwise(qtypes, parallel_always):
+    """matmul_many: Q, K and V (or gate and up) in one parallel loop, for one position (decode: the
+    four-row float32 groups of every matrix, then each one's last rows % 4 rows; Q8_0's rows) and for
+    a block, equal each matrix's own product bit for bit; row counts of 64, 30 and 13 leave 0, 2 and 1
+    rows past the last four-row group, so a unit mapped to the wrong matrix or row shows."""
+    cols = 288
+    tensors = [_tensor(q, rows, cols, seed=rows) for q, rows in zip(qtypes, (64, 30, 13), strict=False)]
+    x = _readonly(np.random.default_rng(5).standard_normal((7, cols)).astype(np.float32))
+    alone = [np.stack([matvec_tensor(t, x[p], 1) for p in range(7)]) for t in tensors]
+    for threads in THREADS:
+        for n_pos in (1, 7):
+            got = matmul_many_tensors(tensors, x[:n_pos], threads)
+            for k, (g, a) in enumerate(zip(got, alone, strict=True)):
+                assert np.array_equal(g.view(np.uint32), a[:n_pos].view(np.uint32)), (k, threads, n_pos)

@@ -28,7 +28,7 @@ from gguf import GGMLQuantizationType as G
 from quant_reference import ACTIVATION, HALF_FIELDS, QUANTIZERS, random_blocks, reference_product, set_halves
 
 from pyllama.checkpoint.weights import QType, Tensor
-from pyllama.kernels.matvec import embedding_row_tensor, matmul_tensor, matvec_tensor
+from pyllama.kernels.matvec import embedding_row_tensor, matmul_many_tensors, matmul_tensor, matvec_tensor
 from pyllama.kernels.qproduct import quantize_activation_np
 from pyllama.kernels.qtypes import BY_QTYPE, STORED_TYPES
 
@@ -142,3 +142,37 @@ def test_thread_counts_memmap_and_blocks_are_bitwise_equal(ggml_type, rows, tmp_
         assert np.array_equal(np.stack([matvec_tensor(t, x[p], n_threads) for p in range(5)]), one)
         assert np.array_equal(matmul_tensor(t, x, n_threads), one)
     assert np.array_equal(matvec_tensor(_tensor(raw, ggml_type, rows, cols), x[0], 2), one[0])
+
+
+# Groups as the engine forms them (Q, K, V; gate and up): one type, mixed types of one activation type
+# (a Q4_K_M file's Q4_K and Q6_K), the eight-row Q4_0 kernel beside one-row matrices, and mixes that
+# cannot share a loop (Q4_1 takes Q8_1, Q4_0 Q8_0; BF16 keeps float32)
+GROUPS = [
+    [G.Q4_K, G.Q4_K, G.Q6_K],
+    [G.Q4_0, G.Q4_0, G.Q4_0],
+    [G.Q4_0, G.Q5_0, G.IQ4_NL],
+    [G.Q4_1, G.Q5_1],
+    [G.Q4_1, G.Q4_0, G.Q6_K],
+    [G.BF16, G.BF16],
+    [G.Q2_K, G.Q3_K, G.Q5_K, G.Q6_K],
+]
+
+
+@pytest.mark.parametrize("types", GROUPS, ids=lambda ts: "+".join(t.name for t in ts))
+def test_grouped_products_are_each_matrix_alone_bitwise(types, parallel_always):
+    """matmul_many (one parallel loop over the rows of every matrix, x quantised once) gives each
+    matrix's own product, decode (one position) and block alike, for any thread count; the row
+    counts differ so that a unit mapped to the wrong matrix or row shows."""
+    rng = np.random.default_rng(len(types))
+    cols = 512
+    tensors = [
+        _tensor(random_blocks(rng, t, rows, cols), t, rows, cols)
+        for t, rows in zip(types, (64, 24, 40, 8), strict=False)
+    ]
+    x = rng.standard_normal((7, cols)).astype(np.float32)
+    alone = [matmul_tensor(t, x, 1) for t in tensors]
+    for n_threads in (1, 2, 3):
+        for n_pos in (1, 7):
+            got = matmul_many_tensors(tensors, x[:n_pos], n_threads)
+            for k, (g, a) in enumerate(zip(got, alone, strict=True)):
+                assert np.array_equal(g.view(np.uint32), a[:n_pos].view(np.uint32)), (k, n_threads, n_pos)

@@ -20,7 +20,7 @@ from pyllama.engine.trace cimport (
 )
 from pyllama.kernels.elementwise cimport add_inplace, rmsnorm_as, swiglu_as
 from pyllama.kernels.finite cimport all_finite
-from pyllama.kernels.matvec cimport embedding_row, matvec
+from pyllama.kernels.matvec cimport Matrix, embedding_row, matmul_many, matvec
 from pyllama.kernels.rope cimport rope_apply, rope_row
 
 
@@ -46,6 +46,9 @@ cdef int forward(Transformer* t, Attention attention, int token, long long pos) 
     cdef const float* sin_row
     cdef const LayerPtrs* lw
     cdef float* x = s.x
+    # Q, K and V (and the FFN's gate and up) in one parallel loop each where their types allow (matmul_many)
+    cdef float* outs[3]
+    cdef const Matrix* mats[3]
     rope_rows_at(&s.rope, pos, &cos_row, &sin_row)
 
     embedding_row(x, &w.tok_emb, token)
@@ -60,9 +63,9 @@ cdef int forward(Transformer* t, Attention attention, int token, long long pos) 
         lw = &w.layers[li]
         # attention block
         rmsnorm_as(c.arithmetic, s.xb, x, lw.attn_norm, c.dim, c.eps)
-        matvec(s.q, &lw.wq, s.xb, &s.qscratch, nt)
-        matvec(s.k, &lw.wk, s.xb, &s.qscratch, nt)
-        matvec(s.v, &lw.wv, s.xb, &s.qscratch, nt)
+        outs[0], outs[1], outs[2] = s.q, s.k, s.v
+        mats[0], mats[1], mats[2] = &lw.wq, &lw.wk, &lw.wv
+        matmul_many(3, outs, mats, s.xb, 1, &s.qscratch, nt)
         if lw.bq != NULL:
             add_inplace(s.q, lw.bq, c.q_dim)
         if lw.bk != NULL:
@@ -81,8 +84,9 @@ cdef int forward(Transformer* t, Attention attention, int token, long long pos) 
             trace_attention(t, li)
         # feed-forward block: w2(silu(w1 x) * w3 x)
         rmsnorm_as(c.arithmetic, s.xb, x, lw.ffn_norm, c.dim, c.eps)
-        matvec(s.hb, &lw.w1, s.xb, &s.qscratch, nt)
-        matvec(s.hb2, &lw.w3, s.xb, &s.qscratch, nt)
+        outs[0], outs[1] = s.hb, s.hb2
+        mats[0], mats[1] = &lw.w1, &lw.w3
+        matmul_many(2, outs, mats, s.xb, 1, &s.qscratch, nt)
         if t.tracer.on:
             trace_ffn_in(t, li)
         swiglu_as(c.arithmetic, s.hb, s.hb2, c.hidden_dim)

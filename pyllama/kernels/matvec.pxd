@@ -48,8 +48,9 @@ cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scra
 # bit-identical to matvec on x[p]
 cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                  int n_threads) noexcept nogil
-# matmul of count <= MAX_MANY matrices over the same x (same columns) in one parallel loop where their
-# type allows (F32, Q8_0), else one matmul after another; the same bits either way
+# matmul of count <= MAX_MANY matrices over the same x (same columns; n_pos = 1 too) in one parallel loop
+# where their types allow (all F32, all Q8_0, block-quantised types of one activation type), else one
+# matmul after another; the same bits either way
 cdef void matmul_many(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
                       QuantScratch* scratch, int n_threads) noexcept nogil
 

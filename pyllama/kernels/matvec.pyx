@@ -23,11 +23,12 @@ import numpy as np
 
 from pyllama.kernels.f16 cimport matvec_f16, matmul_f16
 from pyllama.kernels.quant cimport (
-    matvec_q8_0, matvec_q8_groups, matmul_q8_0, matmul_q8_0_many, matmul_q8_groups, dequantize_row,
+    matvec_q8_0, matvec_q8_0_many, matvec_q8_groups, matmul_q8_0, matmul_q8_0_many, matmul_q8_groups, dequantize_row,
 )
 from pyllama.kernels.threads cimport team_size
-from pyllama.kernels.qlegacy cimport matmul_qlegacy, dequantize_row_qlegacy
-from pyllama.kernels.kquants cimport matmul_kquant, dequantize_row_kquant
+from pyllama.kernels.qlegacy cimport matmul_qlegacy, dequantize_row_qlegacy, qlegacy_product
+from pyllama.kernels.kquants cimport matmul_kquant, dequantize_row_kquant, kquant_product
+from pyllama.kernels.qproduct cimport RowProduct, quant_product_many
 
 cdef extern from "f32dot.h":
     # the float32 dot product, its four-row form and the block tile, in one order (f32dot.h)
@@ -104,24 +105,90 @@ cdef inline void f32_strip_of(float** outs, const Matrix** ms, const Py_ssize_t*
                     min(r0 + STRIP, ms[k].rows))
 
 
+cdef void matvec_f32_many(int count, float** outs, const Matrix** ms, const float* x, int n_threads) noexcept nogil:
+    """matvec_f32 of count <= MAX_MANY float32 matrices over the same x: the four-row groups of all of
+    them in one parallel loop (a decode step's Q, K and V, or gate and up: one barrier instead of
+    count), then each matrix's last rows % 4 rows; every row is matvec_f32's computation."""
+    cdef Py_ssize_t first[MAX_MANY + 1]
+    cdef Py_ssize_t t
+    cdef long long work = 0
+    cdef int k
+    first[0] = 0
+    for k in range(count):
+        first[k + 1] = first[k] + ms[k].rows // 4
+        work += ms[k].rows * ms[k].cols
+    if team_size(n_threads, work) == 1:
+        for t in range(first[count]):
+            f32_group_of(outs, ms, first, count, t, x)
+    else:
+        for t in prange(first[count], schedule="static", num_threads=n_threads):
+            f32_group_of(outs, ms, first, count, t, x)
+    cdef Py_ssize_t i, cols
+    for k in range(count):
+        cols = ms[k].cols
+        for i in range(4 * (ms[k].rows // 4), ms[k].rows):
+            outs[k][i] = dot_f32((<const float*>ms[k].data) + i * cols, x, cols)
+
+
+cdef inline void f32_group_of(float** outs, const Matrix** ms, const Py_ssize_t* first, int count, Py_ssize_t t,
+                              const float* x) noexcept nogil:
+    """Four-row group t of the matrices taken one after another: rows g, g + q, g + 2q, g + 3q of its
+    matrix (q = rows // 4), as matvec_f32 groups them."""
+    cdef int k = matrix_of_unit(first, count, t)
+    cdef Py_ssize_t g = t - first[k], q = ms[k].rows // 4, cols = ms[k].cols
+    dot4_f32((<const float*>ms[k].data) + g * cols, q * cols, x, cols, outs[k] + g, q)
+
+
+cdef bint block_quantised(int qtype) noexcept nogil:
+    return QTYPE_Q4_0 <= qtype <= QTYPE_BF16 or QTYPE_Q2_K <= qtype <= QTYPE_Q6_K
+
+
 cdef void matmul_many(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
                       QuantScratch* scratch, int n_threads) noexcept nogil:
     """outs[k][n_pos, ms[k].rows] = x @ W_k^T for k < count (count <= MAX_MANY, every W_k with x's
-    columns). F32 or Q8_0 matrices all of one type go through one parallel loop, which saves the
-    barriers of the others (count - 1 per call; Q, K and V of a block, the FFN's gate and up) and, for
-    Q8_0, quantising x again for each; any other mix is one ``matmul`` after another. Every element
-    is ``matmul``'s, so the bits do not depend on the grouping."""
+    columns), for a block or for one position (decode). Matrices that can share one parallel loop do:
+    all F32, all Q8_0, or all block-quantised types that pair with the same activation type (a Q4_K_M
+    file's Q4_K and Q6_K matrices both take Q8_K). That saves count - 1 barriers per call (Q, K and V;
+    the FFN's gate and up) and, for the quantised types, quantising x again for each matrix. Any
+    other mix is one ``matmul`` after another. Every element is ``matmul``'s (``matvec``'s for one
+    position), so the bits do not depend on the grouping."""
     cdef int k
-    cdef bint same = n_pos > 1
+    cdef bint same_cols = True, same_type = True
+    cdef RowProduct plans[MAX_MANY]
     for k in range(1, count):
-        same = same and ms[k].qtype == ms[0].qtype and ms[k].cols == ms[0].cols
-    if same and ms[0].qtype == QTYPE_F32:
-        matmul_f32_many(count, outs, ms, x, n_pos, n_threads)
-    elif same and ms[0].qtype == QTYPE_Q8_0:
-        matmul_q8_0_many(count, outs, ms, x, n_pos, scratch, n_threads)
+        same_cols = same_cols and ms[k].cols == ms[0].cols
+        same_type = same_type and ms[k].qtype == ms[0].qtype
+    if same_cols and same_type and ms[0].qtype == QTYPE_F32:
+        if n_pos > 1:
+            matmul_f32_many(count, outs, ms, x, n_pos, n_threads)
+        elif HAVE_DOT4:
+            matvec_f32_many(count, outs, ms, x, n_threads)
+        else:
+            matmul_each(count, outs, ms, x, n_pos, scratch, n_threads)
+        return
+    if same_cols and same_type and ms[0].qtype == QTYPE_Q8_0:
+        if n_pos > 1:
+            matmul_q8_0_many(count, outs, ms, x, n_pos, scratch, n_threads)
+        else:
+            matvec_q8_0_many(count, outs, ms, x, scratch, n_threads)
+        return
+    cdef bint grouped = same_cols
+    for k in range(count):
+        grouped = grouped and block_quantised(ms[k].qtype)
+        if grouped:
+            plans[k] = qlegacy_product(ms[k]) if ms[k].qtype <= QTYPE_BF16 else kquant_product(ms[k])
+            grouped = plans[k].act == plans[0].act
+    if grouped:
+        quant_product_many(count, outs, ms, plans, x, n_pos, scratch, n_threads)
     else:
-        for k in range(count):
-            matmul(outs[k], ms[k], x, n_pos, scratch, n_threads)
+        matmul_each(count, outs, ms, x, n_pos, scratch, n_threads)
+
+
+cdef inline void matmul_each(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
+                             QuantScratch* scratch, int n_threads) noexcept nogil:
+    cdef int k
+    for k in range(count):
+        matmul(outs[k], ms[k], x, n_pos, scratch, n_threads)
 
 
 cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
@@ -243,6 +310,31 @@ def matmul_tensor(tensor, const float[:, ::1] x, int n_threads=1):
     with nogil:
         matmul(&o[0, 0], &m, &x[0, 0], x.shape[0], &scratch, n_threads)
     return out
+
+
+def matmul_many_tensors(tensors, const float[:, ::1] x, int n_threads=1):
+    """[x @ W_k^T for each weight ``Tensor``] through ``matmul_many`` (up to MAX_MANY tensors of x's
+    columns; one position is decode's grouped product, several a block's)."""
+    cdef int count = len(tensors), k
+    if not 1 <= count <= MAX_MANY:
+        raise ValueError(f"matmul_many: 1 to {MAX_MANY} tensors, got {count}")
+    if x.shape[0] == 0 or x.shape[1] == 0 or any(t.cols != x.shape[1] or t.rows == 0 for t in tensors):
+        raise ValueError(f"matmul_many: every tensor needs x's {x.shape[1]} columns and rows")
+    cdef Matrix ms[MAX_MANY]
+    cdef const Matrix* mp[MAX_MANY]
+    cdef float* op[MAX_MANY]
+    cdef float[:, ::1] o
+    cdef QuantScratch scratch
+    _owner = quant_scratch(&scratch, x.shape[1], x.shape[0])  # keeps the buffers alive
+    outs = [np.zeros((x.shape[0], t.rows), dtype=np.float32) for t in tensors]
+    for k in range(count):
+        ms[k] = matrix_of(tensors[k])
+        mp[k] = &ms[k]
+        o = outs[k]
+        op[k] = &o[0, 0]
+    with nogil:
+        matmul_many(count, op, mp, &x[0, 0], x.shape[0], &scratch, n_threads)
+    return outs
 
 
 def embedding_row_tensor(tensor, Py_ssize_t row):

@@ -29,7 +29,7 @@ arch/x86/quants.c and repack.cpp; checked against libggml-cpu's own ``vec_dot`` 
   groups and multiplied by ``gemv/gemm_q4_0_8x8_q8_0`` (decode and prompt alike, the same arithmetic
   per element): per block the whole 32-product integer sum, then one float chain
   acc = fma((float)isum, d_w * d_x, acc). pyllama computes those matrices eight rows at a time
-  (``quant_product_groups8``), lane j of one vector being row j's chain, without repacking the mapped
+  (an eight-row ``RowProduct``), lane j of one vector being row j's chain, without repacking the mapped
   file: the activation block is loaded once for the eight rows and, for Q4_0, the nibbles are used
   unsigned, (q - 8)·x = q·x - 8·Σx, which is the same integer.
 
@@ -45,7 +45,7 @@ from libc.stdint cimport uint8_t
 from pyllama.kernels.matvec cimport (Matrix, QuantScratch, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
                                      QTYPE_IQ4_NL, QTYPE_BF16)
 from pyllama.kernels.qproduct cimport (
-    pyllama_qact, row_dot_fn, group8_dot_fn, quant_product, quant_product_groups8, ACT_Q8_0, ACT_Q8_1, ACT_F32,
+    pyllama_qact, row_dot_fn, group8_dot_fn, RowProduct, quant_product_many, ACT_Q8_0, ACT_Q8_1, ACT_F32,
 )
 
 cdef extern from *:
@@ -380,29 +380,33 @@ cdef inline int legacy_kind(int qtype) noexcept nogil:
     return PL_IQ4_NL
 
 
-cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                         int n_threads) noexcept nogil:
-    """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for any type of this module (dispatch on m.qtype)."""
+cdef RowProduct qlegacy_product(const Matrix* m) noexcept nogil:
+    """How a matrix of this module's types is multiplied (dispatch on m.qtype)."""
+    cdef RowProduct plan
+    plan.dot, plan.dot8, plan.act = <row_dot_fn>dot_q4_0, NULL, ACT_Q8_0
+    plan.row_bytes = legacy_row_bytes(legacy_kind(m.qtype), m.cols) if m.qtype != QTYPE_BF16 else m.cols * 2
     # llama.cpp repacks Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 (see the docstring)
     if m.rows % 8 == 0 and (m.qtype == QTYPE_Q4_0 or m.qtype == QTYPE_IQ4_NL):
-        quant_product_groups8(out, m, x, n_pos, scratch, n_threads,
-                              <group8_dot_fn>(dot8_q4_0_chain if m.qtype == QTYPE_Q4_0 else dot8_iq4_nl_chain),
-                              ACT_Q8_0, legacy_row_bytes(legacy_kind(m.qtype), m.cols))
-        return
-    cdef row_dot_fn dot = <row_dot_fn>dot_q4_0
-    cdef int act = ACT_Q8_0
+        plan.dot8 = <group8_dot_fn>(dot8_q4_0_chain if m.qtype == QTYPE_Q4_0 else dot8_iq4_nl_chain)
     if m.qtype == QTYPE_BF16:
-        quant_product(out, m, x, n_pos, scratch, n_threads, <row_dot_fn>dot_bf16, ACT_F32, m.cols * 2)
-        return
-    if m.qtype == QTYPE_Q4_1:
-        dot, act = <row_dot_fn>dot_q4_1, ACT_Q8_1
+        plan.dot, plan.act = <row_dot_fn>dot_bf16, ACT_F32
+    elif m.qtype == QTYPE_Q4_1:
+        plan.dot, plan.act = <row_dot_fn>dot_q4_1, ACT_Q8_1
     elif m.qtype == QTYPE_Q5_0:
-        dot = <row_dot_fn>dot_q5_0
+        plan.dot = <row_dot_fn>dot_q5_0
     elif m.qtype == QTYPE_Q5_1:
-        dot, act = <row_dot_fn>dot_q5_1, ACT_Q8_1
+        plan.dot, plan.act = <row_dot_fn>dot_q5_1, ACT_Q8_1
     elif m.qtype == QTYPE_IQ4_NL:
-        dot = <row_dot_fn>dot_iq4_nl
-    quant_product(out, m, x, n_pos, scratch, n_threads, dot, act, legacy_row_bytes(legacy_kind(m.qtype), m.cols))
+        plan.dot = <row_dot_fn>dot_iq4_nl
+    return plan
+
+
+cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
+                         int n_threads) noexcept nogil:
+    """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for any type of this module."""
+    cdef RowProduct plan = qlegacy_product(m)
+    quant_product_many(1, &out, &m, &plan, x, n_pos, scratch, n_threads)
+
 
 cdef void dequantize_row_qlegacy(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:
     """out[cols] = row ``row`` of m as float32 (the token embedding lookup)."""

@@ -21,8 +21,15 @@ ctypedef float (*row_dot_fn)(const unsigned char* w, const pyllama_qact* a, Py_s
 ctypedef void (*group8_dot_fn)(const unsigned char* w, Py_ssize_t row_bytes, const pyllama_qact* a, Py_ssize_t cols,
                                float* out) noexcept nogil
 
-cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                        int n_threads, row_dot_fn dot, int act, Py_ssize_t row_bytes) noexcept nogil
-cdef void quant_product_groups8(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos,
-                                QuantScratch* scratch, int n_threads, group8_dot_fn dot8, int act,
-                                Py_ssize_t row_bytes) noexcept nogil
+# how one matrix is multiplied: its row kernel, or its eight-row kernel (then rows % 8 == 0), the
+# activation type it pairs with and the bytes of a row (qlegacy_product, kquant_product)
+ctypedef struct RowProduct:
+    row_dot_fn dot
+    group8_dot_fn dot8       # NULL: one row at a time with dot
+    int act
+    Py_ssize_t row_bytes
+
+# out_k[p, r] = W_k[r] · x[p] for count <= MAX_MANY matrices of x's columns whose products share one
+# activation type (plans[k].act): x quantised once, the rows of all of them in one parallel loop
+cdef void quant_product_many(int count, float** outs, const Matrix** ms, const RowProduct* plans, const float* x,
+                             Py_ssize_t n_pos, QuantScratch* scratch, int n_threads) noexcept nogil

@@ -1,6 +1,7 @@
 """One product loop for every block-quantised weight type: quantise the activation, then row dots.
 
-``quant_product`` computes ``out[p, r] = W[r] · x[p]`` for ``n_pos`` positions. The activation of each
+``quant_product_many`` computes ``out[p, r] = W[r] · x[p]`` for ``n_pos`` positions and up to
+``MAX_MANY`` matrices that pair with the same activation type. The activation of each
 position is quantised once, before any row is read, to the type llama.cpp pairs with the weight type
 (Q8_0, Q8_1 or Q8_K: ``act``), into ``scratch`` (sized for ``n_pos`` positions by ``quant_scratch``).
 Rows are split across OpenMP threads with a static schedule and the positions are the inner loop, so a
@@ -13,6 +14,7 @@ from cython.parallel cimport prange
 
 import numpy as np
 
+from pyllama.kernels.matvec cimport MAX_MANY, matrix_of_unit
 from pyllama.kernels.quant cimport quantize_q8_0
 from pyllama.kernels.threads cimport team_size
 
@@ -53,45 +55,48 @@ cdef void quantize_positions(const Matrix* m, const float* x, Py_ssize_t n_pos, 
             quantize_q8_k(<signed char*>a.q, <float*>a.d, <short*>a.bsums, a.x, cols)
 
 
-cdef void quant_product(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                        int n_threads, row_dot_fn dot, int act, Py_ssize_t row_bytes) noexcept nogil:
-    cdef Py_ssize_t cols = m.cols, rows = m.rows
-    cdef Py_ssize_t p, r
-    cdef const unsigned char* w = <const unsigned char*>m.data
-    cdef pyllama_qact a
-    quantize_positions(m, x, n_pos, scratch, act)
-    if team_size(n_threads, rows * cols * n_pos // QBLOCK_WORK_DIV) == 1:
-        for r in range(rows):
-            for p in range(n_pos):
-                a = activation_of(scratch, x, cols, p)
-                out[p * rows + r] = dot(w + r * row_bytes, &a, cols)
+cdef void quant_product_many(int count, float** outs, const Matrix** ms, const RowProduct* plans, const float* x,
+                             Py_ssize_t n_pos, QuantScratch* scratch, int n_threads) noexcept nogil:
+    """Units are single rows, or groups of eight rows for a matrix with an eight-row kernel, numbered one
+    matrix after another; one static parallel loop over all of them (Q, K and V, or the FFN's gate and
+    up, of one decode step or one block: one barrier instead of count, and x quantised once instead of
+    count times). Element (p, r) of matrix k is plans[k]'s computation of W_k[r] and x[p], whatever the
+    grouping, n_pos or the thread count."""
+    cdef Py_ssize_t first[MAX_MANY + 1]
+    cdef Py_ssize_t t, n_units
+    cdef long long work = 0
+    cdef int k
+    first[0] = 0
+    for k in range(count):
+        first[k + 1] = first[k] + (ms[k].rows // 8 if plans[k].dot8 != NULL else ms[k].rows)
+        work += ms[k].rows * ms[k].cols * n_pos // QBLOCK_WORK_DIV
+    n_units = first[count]
+    quantize_positions(ms[0], x, n_pos, scratch, plans[0].act)
+    if team_size(n_threads, work) == 1:
+        for t in range(n_units):
+            product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
         return
-    for r in prange(rows, schedule="static", num_threads=n_threads):
-        for p in range(n_pos):
-            a = activation_of(scratch, x, cols, p)
-            out[p * rows + r] = dot(w + r * row_bytes, &a, cols)
+    for t in prange(n_units, schedule="static", num_threads=n_threads):
+        product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
 
 
-cdef void quant_product_groups8(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos,
-                                QuantScratch* scratch, int n_threads, group8_dot_fn dot8, int act,
-                                Py_ssize_t row_bytes) noexcept nogil:
-    """quant_product for m.rows % 8 == 0 and a kernel of eight rows at once: element (p, r) is still one
-    fixed computation of row r and x[p], whatever n_pos or the thread count."""
-    cdef Py_ssize_t cols = m.cols, rows = m.rows
-    cdef Py_ssize_t p, g
-    cdef const unsigned char* w = <const unsigned char*>m.data
+cdef inline void product_unit(float** outs, const Matrix** ms, const RowProduct* plans, const Py_ssize_t* first,
+                              int count, Py_ssize_t t, const QuantScratch* scratch, const float* x,
+                              Py_ssize_t n_pos) noexcept nogil:
+    """Unit t (quant_product_many's numbering) for every position."""
+    cdef int k = matrix_of_unit(first, count, t)
+    cdef Py_ssize_t u = t - first[k], rows = ms[k].rows, cols = ms[k].cols, p
+    cdef const RowProduct* plan = &plans[k]
+    cdef const unsigned char* w = <const unsigned char*>ms[k].data
     cdef pyllama_qact a
-    quantize_positions(m, x, n_pos, scratch, act)
-    if team_size(n_threads, rows * cols * n_pos // QBLOCK_WORK_DIV) == 1:
-        for g in range(rows // 8):
-            for p in range(n_pos):
-                a = activation_of(scratch, x, cols, p)
-                dot8(w + 8 * g * row_bytes, row_bytes, &a, cols, out + p * rows + 8 * g)
-        return
-    for g in prange(rows // 8, schedule="static", num_threads=n_threads):
+    if plan.dot8 != NULL:
         for p in range(n_pos):
             a = activation_of(scratch, x, cols, p)
-            dot8(w + 8 * g * row_bytes, row_bytes, &a, cols, out + p * rows + 8 * g)
+            plan.dot8(w + 8 * u * plan.row_bytes, plan.row_bytes, &a, cols, outs[k] + p * rows + 8 * u)
+    else:
+        for p in range(n_pos):
+            a = activation_of(scratch, x, cols, p)
+            outs[k][p * rows + u] = plan.dot(w + u * plan.row_bytes, &a, cols)
 
 
 def quantize_activation_np(const float[::1] x, str kind):

@@ -1,6 +1,9 @@
 from pyllama.kernels.matvec cimport MAX_MANY, Matrix, QuantScratch, matrix_of_unit, number_units
 
 cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil
+# matvec_q8_0 of count <= MAX_MANY matrices of the same columns over one x, in one parallel loop
+cdef void matvec_q8_0_many(int count, float** outs, const Matrix** ms, const float* x, QuantScratch* scratch,
+                           int n_threads) noexcept nogil
 cdef void matvec_q8_groups(float* out, const Matrix* m, const float* x, QuantScratch* scratch,
                            int n_threads) noexcept nogil
 # the block products: out[n_pos, rows] = x[n_pos, cols] @ W^T, element (p, i) bit-identical to matvec on x[p]

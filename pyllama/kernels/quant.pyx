@@ -237,6 +237,35 @@ cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch*
         out[i] = dot_q8_0(w + i * row_bytes, scratch.q, scratch.scales, n_blocks)
 
 
+cdef void matvec_q8_0_many(int count, float** outs, const Matrix** ms, const float* x, QuantScratch* scratch,
+                           int n_threads) noexcept nogil:
+    """matvec_q8_0 of count <= MAX_MANY matrices of x's columns: x quantised once, the rows of all of
+    them in one parallel loop (a decode step's Q, K and V, or gate and up: one barrier instead of
+    count); every row is matvec_q8_0's dot."""
+    cdef Py_ssize_t first[MAX_MANY + 1]
+    cdef Py_ssize_t t, n_rows = number_units(first, ms, count, 1)
+    cdef long long work = 0
+    cdef int k
+    for k in range(count):
+        work += ms[k].rows * ms[k].cols // Q8_WORK_DIV
+    quantize_q8_0(scratch.q, scratch.scales, x, ms[0].cols)
+    if team_size(n_threads, work) == 1:
+        for t in range(n_rows):
+            q8_0_row_of(outs, ms, first, count, t, scratch)
+        return
+    for t in prange(n_rows, schedule="static", num_threads=n_threads):
+        q8_0_row_of(outs, ms, first, count, t, scratch)
+
+
+cdef inline void q8_0_row_of(float** outs, const Matrix** ms, const Py_ssize_t* first, int count, Py_ssize_t t,
+                             const QuantScratch* scratch) noexcept nogil:
+    """Row t of the matrices taken one after another."""
+    cdef int k = matrix_of_unit(first, count, t)
+    cdef Py_ssize_t n_blocks = ms[k].cols // QK8_0, i = t - first[k]
+    outs[k][i] = dot_q8_0(<const uint8_t*>ms[k].data + i * n_blocks * Q8_0_BYTES, scratch.q, scratch.scales,
+                          n_blocks)
+
+
 cdef inline void q8_0_row_pair(float* out, const uint8_t* w, Py_ssize_t row_bytes, Py_ssize_t i, Py_ssize_t rows,
                                const QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_blocks,
                                Py_ssize_t n_pos) noexcept nogil:
