@@ -22,7 +22,7 @@ by lines holding only ``<|endoftext|>`` (the TinyStories convention).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -198,6 +198,55 @@ def _name_marks(tokenizer: Tokenizer, ids: list[int], name: str, expected: int) 
     return [Mark(name, s, len(best_pattern)) for s in best]
 
 
+def _fillers(block: dict, first: int, k: int) -> list[str]:
+    """The k filler sentences from the block's first-th on, taken in turn."""
+    fill = block["filler"]
+    return [fill[(first + i) % len(fill)] for i in range(k)]
+
+
+def _fillers_for_gap(
+    tokens_of: Callable[[list[str]], list[int]],
+    sentences: list[str],
+    n_tokens: int,
+    block: dict,
+    first: int,
+    filler_tokens: list[int],
+    last_start: int,
+    gap: int,
+) -> int:
+    """How many fillers from the first-th on put the next sentence ``gap`` tokens after the last
+    mention (at token ``last_start``; the sentences so far are ``n_tokens`` tokens): the least count,
+    guessed from the fillers' own token counts and settled by tokenising the whole text
+    (``_fewest_fillers``)."""
+
+    def long_enough(k: int) -> bool:
+        return len(tokens_of(sentences + _fillers(block, first, k))) - last_start >= gap
+
+    guess = 0
+    while n_tokens + sum(filler_tokens[(first + i) % len(filler_tokens)] for i in range(guess)) - last_start < gap:
+        guess += 1
+    return _fewest_fillers(long_enough, guess)
+
+
+def _fewest_fillers(long_enough: Callable[[int], bool], guess: int) -> int:
+    """The least k >= 0 with long_enough(k), searched from ``guess`` (from the fillers' own token
+    counts) one step at a time. Each test tokenises the whole text again: adding one sentence at a
+    time, as before, made building the recall probe quadratic (409 tokenisations, 5.6 s with
+    llama2.c's 32,000-token vocabulary, 55 s with llama.cpp's SentencePiece test vocabulary: most of
+    a diff of a small model); from the guess it takes two or three per gap. It finds the same k as
+    trying 0, 1, 2, ... in turn because the token count never falls when a sentence is appended (the
+    probe's ids are unchanged for every tokeniser the tests use)."""
+    k = guess
+    if long_enough(k):
+        while k > 0 and long_enough(k - 1):
+            k -= 1
+        return k
+    k += 1
+    while not long_enough(k):
+        k += 1
+    return k
+
+
 def _recall(tokenizer: Tokenizer, seq_len: int) -> list[Segment]:
     out = []
     for block in _parse_recall(_read_text("recall.txt")):
@@ -208,15 +257,16 @@ def _recall(tokenizer: Tokenizer, seq_len: int) -> list[Segment]:
             return _encode(tokenizer, " ".join(parts), bos=True)
 
         ids = tokens_of(sentences)
+        # what each filler adds, about: its tokens alone, BOS and the leading space's piece off
+        filler_tokens = [max(1, len(tokens_of([f])) - 2) for f in block["filler"]]
         last = _name_marks(tokenizer, ids, name, " ".join(sentences).count(name))
         last_start = last[-1].start if last else 0
         fill_i = recur_i = 0
         for gap in RECALL_GAPS:
-            trial = list(sentences)
             # filler until the next sentence would start `gap` tokens after the last mention
-            while len(tokens_of(trial)) - last_start < gap:
-                trial.append(block["filler"][fill_i % len(block["filler"])])
-                fill_i += 1
+            n_fill = _fillers_for_gap(tokens_of, sentences, len(ids), block, fill_i, filler_tokens, last_start, gap)
+            trial = sentences + _fillers(block, fill_i, n_fill)
+            fill_i += n_fill
             trial.append(block["recur"][recur_i % len(block["recur"])])
             trial_ids = tokens_of(trial)
             if len(trial_ids) > seq_len:
