@@ -76,3 +76,20 @@ def test_recall_sequences_equal_adding_one_filler_at_a_time(tokenizer, seq_len):
     want = _recall_by_single_sentences(tok, seq_len)
     assert [list(s.tokens) for s in probe.segments] == want
     assert max(len(ids) for ids in want) > seq_len // 2  # long gaps were reached
+
+
+def test_built_in_probes_are_made_once_per_tokenizer_and_read_only():
+    from pyllama.tokenizer import load_tokenizer
+
+    path = MODELS / "tok512.bin"
+    if not path.exists():
+        pytest.skip(f"{path} is not here (../shared/models)")
+    tok = load_tokenizer(path)
+    first = load_probe("standard", tok, 512)
+    assert load_probe("standard", tok, 512) is first
+    assert load_probe("standard", tok, 256) is not first and load_probe("stories", tok, 512) is not first
+    other = load_probe("standard", load_tokenizer(path), 512)  # another tokenizer object: built again
+    assert other is not first
+    assert [list(s.tokens) for s in other.segments] == [list(s.tokens) for s in first.segments]
+    with pytest.raises(ValueError, match="read-only"):
+        first.segments[0].tokens[0] = 7

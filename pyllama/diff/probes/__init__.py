@@ -22,6 +22,7 @@ by lines holding only ``<|endoftext|>`` (the TinyStories convention).
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -330,6 +331,30 @@ def is_probe_name(text: str) -> bool:
     return isinstance(text, str) and (text in PROBE_NAMES or is_retrieval_spec(text))
 
 
+# The built-in probes made for each tokenizer object, by (name, seq_len): a built-in probe depends on
+# nothing else, and building one tokenises its texts (1.6 s for the standard probe with llama2.c's
+# tokenizer.bin), which a sweep's worker or a notebook would otherwise pay again for every diff of
+# the same model. Weak keys: a tokenizer's probes go with it.
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _built_in(name: str, tokenizer: Tokenizer, seq_len: int) -> Probe:
+    """The built-in probe ``name`` for ``tokenizer`` and ``seq_len``, built once per tokenizer object;
+    its token arrays are read-only, since every caller shares them."""
+    try:
+        made = _BUILT.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer object that cannot be referenced weakly: build every time
+        made = {}
+    probe = made.get((name, seq_len))
+    if probe is None:
+        parts = ("stories", "long", "recall") if name == "standard" else (name,)
+        probe = standard_probe(tokenizer, seq_len, parts)
+        for seg in probe.segments:
+            seg.tokens.flags.writeable = False
+        made[(name, seq_len)] = probe
+    return probe
+
+
 def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) -> Probe:
     """A Probe from a name (``standard``, ``stories``, ``long``, ``recall``), a retrieval spec
     (``passkey[:options]``, ``needle[:options]``, ``copy[:options]``), a text file path, a Probe,
@@ -341,8 +366,7 @@ def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) ->
     if tokenizer is None:
         raise InputError("text probes need a tokenizer: load the model with tokenizer=... (-z on the CLI)")
     if isinstance(probe, str) and probe in PROBE_NAMES:
-        parts = ("stories", "long", "recall") if probe == "standard" else (probe,)
-        return standard_probe(tokenizer, seq_len, parts)
+        return _built_in(probe, tokenizer, seq_len)
     path = Path(os.fspath(probe))
     if isinstance(probe, str) and is_retrieval_spec(probe) and not path.is_file():
         return retrieval_probe(probe, tokenizer, seq_len)
