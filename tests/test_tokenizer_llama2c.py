@@ -199,6 +199,19 @@ def test_heap_merge_equals_run_c_loop(tokenizer_512, tokenizer_32k):
             assert tok.encode(text, bos=bos) == _run_c_merge_reference(tok, text, bos), text
 
 
+def test_pair_memory_bound_keeps_the_merges(tokenizer_32k, monkeypatch):
+    """The merge remembers which pairs merge; when that memory fills it starts again, and the ids
+    stay run.c's (the reference loop above) however small the memory is."""
+    from pyllama.tokenizer import llama2c
+
+    text = LONG_TEXT[:3000].encode()
+    want = _run_c_merge_reference(tokenizer_32k, text, True)
+    monkeypatch.setattr(llama2c, "PAIR_MEMORY", 8)
+    fresh = Llama2cTokenizer(tokenizer_32k.pieces, tokenizer_32k.scores, tokenizer_32k.max_token_length)
+    assert fresh.encode(text) == want
+    assert len(fresh._pairs) <= 8
+
+
 # ---- encoding: vocabularies with ties, duplicates and NUL bytes (run.c goldens) -------------------
 THREE_TEXTS = ["Once upon a time, there was a little girl.", "the theme of the story", "café au lait 🦙"]
 

@@ -31,6 +31,7 @@ from pyllama.tokenizer.base import Tokenizer
 BOS_ID = 1  # run.c hard-codes these three
 EOS_ID = 2
 BYTE_FALLBACK_OFFSET = 3  # byte b is token b + 3: ids 0..2 are <unk>, BOS, EOS
+PAIR_MEMORY = 1 << 20  # pairs _merged remembers (about 100 MB at most) before it starts again
 MERGE_FLOOR = -1e10  # run.c's initial best_score: a merge must score strictly more (exact in float32)
 
 _HEADER = struct.Struct("<i")
@@ -147,6 +148,7 @@ class Llama2cTokenizer(Tokenizer):
         self._scores = [float(s) for s in scores]
         self._cstrings = [_cstring(p) for p in self._pieces]
         self._lookup = _c_lookup_table(self._cstrings)
+        self._pairs: dict[int, int] = {}  # _merged's memory
 
     # ---- loading -------------------------------------------------------------------------------
     @classmethod
@@ -307,11 +309,16 @@ class Llama2cTokenizer(Tokenizer):
         if token >= self.vocab_size:
             raise TokenizerError(f"{self.name}: {what} needs token {token}, the vocabulary has {self.vocab_size}")
 
-    def _pair(self, left: int, right: int) -> int | None:
-        """The token run.c would merge ``left right`` into, if its score can win."""
-        merged = self._lookup.get(self._cstrings[left] + self._cstrings[right])
-        if merged is None or not self._scores[merged] > MERGE_FLOOR:
-            return None
+    def _merged(self, left: int, right: int) -> int:
+        """The token run.c would merge ``left right`` into if its score can win, else -1; remembered per
+        pair (key left * vocab_size + right), since a text meets the same pairs again and again."""
+        key = left * len(self._cstrings) + right
+        merged = self._pairs.get(key)
+        if merged is None:
+            if len(self._pairs) >= PAIR_MEMORY:  # a long-lived tokenizer's memory stays bounded
+                self._pairs.clear()
+            found = self._lookup.get(self._cstrings[left] + self._cstrings[right])
+            merged = self._pairs[key] = -1 if found is None or not self._scores[found] > MERGE_FLOOR else found
         return merged
 
     def _merge(self, tokens: list[int]) -> list[int]:
@@ -328,15 +335,14 @@ class Llama2cTokenizer(Tokenizer):
         nxt = list(range(1, n + 1))  # n means "no next"
         prv = list(range(-1, n - 1))  # -1 means "no previous"
         alive = [True] * n
-
-        def candidate(i: int, j: int) -> tuple[float, int, int, int, int, int] | None:
-            merged = self._pair(ids[i], ids[j])
-            return None if merged is None else (-self._scores[merged], i, j, ids[i], ids[j], merged)
-
-        heap = [c for i in range(n - 1) if (c := candidate(i, i + 1)) is not None]
+        merged_of, scores, push, pop = self._merged, self._scores, heapq.heappush, heapq.heappop
+        heap = []
+        for i in range(n - 1):
+            if (m := merged_of(ids[i], ids[i + 1])) >= 0:
+                heap.append((-scores[m], i, i + 1, ids[i], ids[i + 1], m))
         heapq.heapify(heap)
         while heap:
-            _, i, j, left, right, merged = heapq.heappop(heap)
+            _, i, j, left, right, merged = pop(heap)
             if not (alive[i] and alive[j] and nxt[i] == j and ids[i] == left and ids[j] == right):
                 continue
             ids[i] = merged
@@ -344,9 +350,12 @@ class Llama2cTokenizer(Tokenizer):
             nxt[i] = nxt[j]
             if nxt[j] < n:
                 prv[nxt[j]] = i
-            for a, b in ((prv[i], i), (i, nxt[i])):
-                if a >= 0 and b < n and (c := candidate(a, b)) is not None:
-                    heapq.heappush(heap, c)
+            a = prv[i]
+            if a >= 0 and (m := merged_of(ids[a], merged)) >= 0:
+                push(heap, (-scores[m], a, i, ids[a], merged, m))
+            b = nxt[i]
+            if b < n and (m := merged_of(merged, ids[b])) >= 0:
+                push(heap, (-scores[m], i, b, merged, ids[b], m))
         return [ids[i] for i in range(n) if alive[i]]
 
     # ---- decoding ------------------------------------------------------------------------------
