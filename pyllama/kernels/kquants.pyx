@@ -55,8 +55,8 @@ KiB ahead cost a third of the decode speed of the 42M shapes.
 
 from libc.stdint cimport uint8_t
 
-from pyllama.kernels.matvec cimport Matrix, QuantScratch, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K
-from pyllama.kernels.qproduct cimport pyllama_qact, row_dot_fn, RowProduct, quant_product_many, ACT_Q8_K
+from pyllama.kernels.matvec cimport Matrix, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K
+from pyllama.kernels.qproduct cimport pyllama_qact, row_dot_fn, RowProduct, ACT_Q8_K
 
 cdef extern from "kquants.h":
     int PK_Q2_K, PK_Q3_K, PK_Q4_K, PK_Q5_K, PK_Q6_K
@@ -98,13 +98,6 @@ cdef RowProduct kquant_product(const Matrix* m) noexcept nogil:
     elif m.qtype == QTYPE_Q5_K:
         plan.dot = <row_dot_fn>dot_q5_k
     return plan
-
-
-cdef void matmul_kquant(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                        int n_threads) noexcept nogil:
-    """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for any K-quant."""
-    cdef RowProduct plan = kquant_product(m)
-    quant_product_many(1, &out, &m, &plan, x, n_pos, scratch, n_threads)
 
 
 cdef void dequantize_row_kquant(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:

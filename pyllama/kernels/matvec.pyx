@@ -26,8 +26,8 @@ from pyllama.kernels.quant cimport (
     matvec_q8_0, matvec_q8_0_many, matvec_q8_groups, matmul_q8_0, matmul_q8_0_many, matmul_q8_groups, dequantize_row,
 )
 from pyllama.kernels.threads cimport team_size
-from pyllama.kernels.qlegacy cimport matmul_qlegacy, dequantize_row_qlegacy, qlegacy_product
-from pyllama.kernels.kquants cimport matmul_kquant, dequantize_row_kquant, kquant_product
+from pyllama.kernels.qlegacy cimport dequantize_row_qlegacy, qlegacy_product
+from pyllama.kernels.kquants cimport dequantize_row_kquant, kquant_product
 from pyllama.kernels.qproduct cimport RowProduct, quant_product_many
 
 cdef extern from "f32dot.h":
@@ -143,6 +143,18 @@ cdef bint block_quantised(int qtype) noexcept nogil:
     return QTYPE_Q4_0 <= qtype <= QTYPE_BF16 or QTYPE_Q2_K <= qtype <= QTYPE_Q6_K
 
 
+cdef RowProduct product_of(const Matrix* m) noexcept nogil:
+    """How a block-quantised matrix is multiplied: qlegacy.pyx's types or kquants.pyx's."""
+    return qlegacy_product(m) if m.qtype <= QTYPE_BF16 else kquant_product(m)
+
+
+cdef void matmul_block_quantised(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos,
+                                 QuantScratch* scratch, int n_threads) noexcept nogil:
+    """A block-quantised matrix alone: quant_product_many's group of one."""
+    cdef RowProduct plan = product_of(m)
+    quant_product_many(1, &out, &m, &plan, x, n_pos, scratch, n_threads)
+
+
 cdef void matmul_many(int count, float** outs, const Matrix** ms, const float* x, Py_ssize_t n_pos,
                       QuantScratch* scratch, int n_threads) noexcept nogil:
     """outs[k][n_pos, ms[k].rows] = x @ W_k^T for k < count (count <= MAX_MANY, every W_k with x's
@@ -176,7 +188,7 @@ cdef void matmul_many(int count, float** outs, const Matrix** ms, const float* x
     for k in range(count):
         grouped = grouped and block_quantised(ms[k].qtype)
         if grouped:
-            plans[k] = qlegacy_product(ms[k]) if ms[k].qtype <= QTYPE_BF16 else kquant_product(ms[k])
+            plans[k] = product_of(ms[k])
             grouped = plans[k].act == plans[0].act
     if grouped:
         quant_product_many(count, outs, ms, plans, x, n_pos, scratch, n_threads)
@@ -208,10 +220,8 @@ cdef void matmul(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, 
         matmul_q8_0(out, m, x, n_pos, scratch, n_threads)
     elif m.qtype == QTYPE_Q8_GROUPS:
         matmul_q8_groups(out, m, x, n_pos, scratch, n_threads)
-    elif QTYPE_Q4_0 <= m.qtype <= QTYPE_BF16:
-        matmul_qlegacy(out, m, x, n_pos, scratch, n_threads)
-    elif QTYPE_Q2_K <= m.qtype <= QTYPE_Q6_K:
-        matmul_kquant(out, m, x, n_pos, scratch, n_threads)
+    elif block_quantised(m.qtype):
+        matmul_block_quantised(out, m, x, n_pos, scratch, n_threads)
 
 
 cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil:
@@ -223,10 +233,8 @@ cdef void matvec(float* out, const Matrix* m, const float* x, QuantScratch* scra
         matvec_q8_0(out, m, x, scratch, n_threads)
     elif m.qtype == QTYPE_Q8_GROUPS:
         matvec_q8_groups(out, m, x, scratch, n_threads)
-    elif QTYPE_Q4_0 <= m.qtype <= QTYPE_BF16:
-        matmul_qlegacy(out, m, x, 1, scratch, n_threads)
-    elif QTYPE_Q2_K <= m.qtype <= QTYPE_Q6_K:
-        matmul_kquant(out, m, x, 1, scratch, n_threads)
+    elif block_quantised(m.qtype):
+        matmul_block_quantised(out, m, x, 1, scratch, n_threads)
 
 
 cdef void embedding_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:

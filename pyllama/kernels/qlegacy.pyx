@@ -42,10 +42,10 @@ AVX-512 path here (an AVX-512 machine runs the AVX2 code, with the same bits).
 
 from libc.stdint cimport uint8_t
 
-from pyllama.kernels.matvec cimport (Matrix, QuantScratch, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
+from pyllama.kernels.matvec cimport (Matrix, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
                                      QTYPE_IQ4_NL, QTYPE_BF16)
 from pyllama.kernels.qproduct cimport (
-    pyllama_qact, row_dot_fn, group8_dot_fn, RowProduct, quant_product_many, ACT_Q8_0, ACT_Q8_1, ACT_F32,
+    pyllama_qact, row_dot_fn, group8_dot_fn, RowProduct, ACT_Q8_0, ACT_Q8_1, ACT_F32,
 )
 
 cdef extern from *:
@@ -399,13 +399,6 @@ cdef RowProduct qlegacy_product(const Matrix* m) noexcept nogil:
     elif m.qtype == QTYPE_IQ4_NL:
         plan.dot = <row_dot_fn>dot_iq4_nl
     return plan
-
-
-cdef void matmul_qlegacy(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                         int n_threads) noexcept nogil:
-    """out[n_pos, rows] = x[n_pos, cols] · Wᵀ for any type of this module."""
-    cdef RowProduct plan = qlegacy_product(m)
-    quant_product_many(1, &out, &m, &plan, x, n_pos, scratch, n_threads)
 
 
 cdef void dequantize_row_qlegacy(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:

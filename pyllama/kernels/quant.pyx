@@ -224,17 +224,8 @@ cdef void quantize_q8_0(signed char* q, float* scales, const float* x, Py_ssize_
 
 
 cdef void matvec_q8_0(float* out, const Matrix* m, const float* x, QuantScratch* scratch, int n_threads) noexcept nogil:
-    cdef Py_ssize_t n_blocks = m.cols // QK8_0
-    cdef Py_ssize_t row_bytes = n_blocks * Q8_0_BYTES
-    cdef const uint8_t* w = <const uint8_t*>m.data
-    quantize_q8_0(scratch.q, scratch.scales, x, m.cols)
-    cdef Py_ssize_t i
-    if team_size(n_threads, m.rows * m.cols // Q8_WORK_DIV) == 1:
-        for i in range(m.rows):
-            out[i] = dot_q8_0(w + i * row_bytes, scratch.q, scratch.scales, n_blocks)
-        return
-    for i in prange(m.rows, schedule="static", num_threads=n_threads):
-        out[i] = dot_q8_0(w + i * row_bytes, scratch.q, scratch.scales, n_blocks)
+    """out[i] = dot_q8_0(W[i], x quantised): matvec_q8_0_many's group of one."""
+    matvec_q8_0_many(1, &out, &m, x, scratch, n_threads)
 
 
 cdef void matvec_q8_0_many(int count, float** outs, const Matrix** ms, const float* x, QuantScratch* scratch,
