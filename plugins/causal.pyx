@@ -1,7 +1,8 @@
 """``causal``: exact attention over a dense KV cache, the reference every other plugin is measured against.
 
 The cache holds every position's key and value for every layer: float32
-``[n_layers, positions, kv_dim]`` each, allocated once in ``init`` (``pyllama.attention.dense``).
+``[n_layers, positions, row_floats]`` each (``kv_dim`` padded, ``pyllama.attention.dense``),
+allocated once in ``init``.
 ``positions`` defaults to the model's trained context (like llama2.c's run.c);
 ``causal:positions=N`` makes a larger cache, the reference for behaviour past the context.
 
@@ -73,10 +74,10 @@ cdef class Causal(DenseAttention):
             self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)
         for h in prange(self.n_heads, schedule="static",
                         num_threads=threads_for(self.n_threads, (pos + n) * n * self.n_heads * hd)):
-            off = layer * P * self.kv_dim + (h // self.kv_mul) * hd
+            off = layer * P * self.row_floats + (h // self.kv_mul) * hd
             for c in range((n + QUERIES - 1) // QUERIES):
                 j0 = c * QUERIES
-                attend_head_rows(q + j0 * q_dim + h * hd, q_dim, self.keys + off, self.values + off, self.kv_dim,
+                attend_head_rows(q + j0 * q_dim + h * hd, q_dim, self.keys + off, self.values + off, self.row_floats,
                                  pos + j0 + 1, min(<Py_ssize_t>QUERIES, n - j0), hd,
                                  self.scores + h * self.score_rows, P, out + j0 * q_dim + h * hd, q_dim,
                                  self.arithmetic, self.lanes + h * GGML_LANES * hd)

@@ -25,7 +25,7 @@ With ``estimate`` each cluster not chosen is attended as one pseudo-row (centroi
 left out and this is ``causal`` bit for bit.
 
 It saves compute, not memory: the full float32 K/V cache stays (``pyllama.attention.dense``'s
-``[n_layers, positions, kv_dim]``, ``positions`` defaulting to the model's context like
+``[n_layers, positions, row_floats]``, ``positions`` defaulting to the model's context like
 ``causal``), and the ledger adds the centroids, sizes, assignments and member lists. A decode step
 costs O(sinks + window + budget + clusters) attention per head plus the clustering, amortised over
 ``recluster`` tokens: O(middle x clusters x (iters + 1) / recluster).
@@ -265,14 +265,14 @@ cdef class KMeans(DenseAttention):
                                                     ^ <uint64_t>g) ^ <uint64_t>self.epoch[layer])
         if state == 0:
             state = 1
-        cdef Py_ssize_t row = layer * self.positions * self.kv_dim + g * self.head_dim
-        cluster_rows(&cl, &w, self.keys + row, self.values + row, self.kv_dim, self.sinks, self.n_mid[layer],
+        cdef Py_ssize_t row = layer * self.positions * self.row_floats + g * self.head_dim
+        cluster_rows(&cl, &w, self.keys + row, self.values + row, self.row_floats, self.sinks, self.n_mid[layer],
                      self.iters, state)
 
     cdef void _add_member(self, int layer, int g, long long p) noexcept nogil:
         """Middle position ``p`` joins its nearest cluster."""
         cdef Clusters cl = self._clusters(layer, g)
-        cdef Py_ssize_t row = (layer * self.positions + p) * self.kv_dim + g * self.head_dim
+        cdef Py_ssize_t row = (layer * self.positions + p) * self.row_floats + g * self.head_dim
         add_member(&cl, self.keys + row, self.values + row, p)
 
     cdef long long _choose(self, int h, int layer, const float* qh, long long* n_order) noexcept nogil:
