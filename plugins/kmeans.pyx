@@ -377,6 +377,10 @@ cdef class KMeans(DenseAttention):
             vp = self.vptr + h * R
             bias = self.bias + h * R
             n_est = 0
+            # assigned here so that each thread has its own: _choose counts through its address, and a
+            # variable only written through a pointer would be shared by the loop's threads (Cython
+            # makes private what the body assigns)
+            n_order = 0
             if not need:  # every position, in order: exactly causal's rows
                 n = self.take_positions(kp, vp, NULL, 0, layer, 0, pos + 1, off)
                 self.last[h * 2] = -1
