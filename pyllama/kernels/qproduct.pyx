@@ -10,13 +10,13 @@ whatever ``n_pos``, the thread count or the row's thread: a block product is bit
 one-position product on x[p].
 """
 
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 
 import numpy as np
 
 from pyllama.kernels.matvec cimport MAX_MANY, matrix_of_unit
 from pyllama.kernels.quant cimport quantize_q8_0
-from pyllama.kernels.threads cimport team_size
+from pyllama.kernels.threads cimport team_barrier, team_size
 
 cdef extern from "qblocks.h":
     void quantize_q8_1 "pyllama_quantize_q8_1"(signed char* q, float* d, float* s, const float* x,
@@ -41,18 +41,16 @@ cdef inline pyllama_qact activation_of(const QuantScratch* scratch, const float*
     return a
 
 
-cdef void quantize_positions(const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
-                             int act) noexcept nogil:
-    cdef Py_ssize_t p, cols = m.cols
-    cdef pyllama_qact a
-    for p in range(n_pos):
-        a = activation_of(scratch, x, cols, p)
-        if act == ACT_Q8_0:
-            quantize_q8_0(<signed char*>a.q, <float*>a.d, a.x, cols)
-        elif act == ACT_Q8_1:
-            quantize_q8_1(<signed char*>a.q, <float*>a.d, <float*>a.s, a.x, cols)
-        elif act == ACT_Q8_K:
-            quantize_q8_k(<signed char*>a.q, <float*>a.d, <short*>a.bsums, a.x, cols)
+cdef inline void quantize_position(Py_ssize_t cols, const float* x, Py_ssize_t p, QuantScratch* scratch,
+                                   int act) noexcept nogil:
+    """Position p's activation quantised to act; positions are independent (any thread, any order)."""
+    cdef pyllama_qact a = activation_of(scratch, x, cols, p)
+    if act == ACT_Q8_0:
+        quantize_q8_0(<signed char*>a.q, <float*>a.d, a.x, cols)
+    elif act == ACT_Q8_1:
+        quantize_q8_1(<signed char*>a.q, <float*>a.d, <float*>a.s, a.x, cols)
+    elif act == ACT_Q8_K:
+        quantize_q8_k(<signed char*>a.q, <float*>a.d, <short*>a.bsums, a.x, cols)
 
 
 cdef void quant_product_many(int count, float** outs, const Matrix** ms, const RowProduct* plans, const float* x,
@@ -63,7 +61,7 @@ cdef void quant_product_many(int count, float** outs, const Matrix** ms, const R
     count times). Element (p, r) of matrix k is plans[k]'s computation of W_k[r] and x[p], whatever the
     grouping, n_pos or the thread count."""
     cdef Py_ssize_t first[MAX_MANY + 1]
-    cdef Py_ssize_t t, n_units
+    cdef Py_ssize_t t, n_units, p, cols = ms[0].cols
     cdef long long work = 0
     cdef int k
     first[0] = 0
@@ -71,13 +69,25 @@ cdef void quant_product_many(int count, float** outs, const Matrix** ms, const R
         first[k + 1] = first[k] + (ms[k].rows // 8 if plans[k].dot8 != NULL else ms[k].rows)
         work += ms[k].rows * ms[k].cols * n_pos // QBLOCK_WORK_DIV
     n_units = first[count]
-    quantize_positions(ms[0], x, n_pos, scratch, plans[0].act)
-    if team_size(n_threads, work) == 1:
-        for t in range(n_units):
-            product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
+    if team_size(n_threads, work) == 1 or n_pos == 1:
+        # one position (decode) is quantised before the team starts: no barrier inside it
+        for p in range(n_pos):
+            quantize_position(cols, x, p, scratch, plans[0].act)
+        if team_size(n_threads, work) == 1:
+            for t in range(n_units):
+                product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
+        else:
+            for t in prange(n_units, schedule="static", num_threads=n_threads):
+                product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
         return
-    for t in prange(n_units, schedule="static", num_threads=n_threads):
-        product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
+    # a block: the team quantises the positions (as matmul_q8_0_many does), waits until all are, then
+    # multiplies
+    with parallel(num_threads=n_threads):
+        for p in prange(n_pos, schedule="static"):
+            quantize_position(cols, x, p, scratch, plans[0].act)
+        team_barrier()
+        for t in prange(n_units, schedule="static"):
+            product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
 
 
 cdef inline void product_unit(float** outs, const Matrix** ms, const RowProduct* plans, const Py_ssize_t* first,

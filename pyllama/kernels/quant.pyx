@@ -22,14 +22,14 @@ OpenMP threads with a static schedule; a row is computed by one thread with fixe
 results are bit-identical for any thread count.
 """
 
-from cython.parallel cimport prange
+from cython.parallel cimport parallel, prange
 from libc.math cimport fabsf, roundf, rintf
 from libc.stdint cimport uint8_t, uint16_t
 
 import numpy as np
 
 from pyllama.kernels.matvec cimport QTYPE_F32, QTYPE_F16, QTYPE_Q8_0, QTYPE_Q8_GROUPS
-from pyllama.kernels.threads cimport team_size
+from pyllama.kernels.threads cimport team_barrier, team_size
 
 cdef extern from *:
     """
@@ -277,15 +277,16 @@ cdef inline void q8_0_row_pair(float* out, const uint8_t* w, Py_ssize_t row_byte
         p += 1
 
 
-cdef void quantize_block_q8_0(const float* x, Py_ssize_t n_pos, Py_ssize_t cols, QuantScratch* scratch) noexcept nogil:
-    """Every position quantised as matvec_q8_0 does it (into row p of the scratch), and the scales of
-    each tile of 4 positions side by side after them (q8_0_tile_2x4 reads 4 per block)."""
+cdef inline void quantize_position_q8_0(const float* x, Py_ssize_t p, Py_ssize_t n_pos, Py_ssize_t cols,
+                                       QuantScratch* scratch) noexcept nogil:
+    """Position p quantised as matvec_q8_0 does it (into row p of the scratch) and, in a whole tile of
+    4 positions, its scales also side by side with the tile's others after all the rows (q8_0_tile_2x4
+    reads 4 per block). Positions are independent: any thread may take any of them."""
     cdef Py_ssize_t n_blocks = cols // QK8_0
-    cdef Py_ssize_t p, b
+    cdef Py_ssize_t b
     cdef float* side_by_side = scratch.scales + n_pos * n_blocks  # room: the scratch holds cols * n_pos
-    for p in range(n_pos):
-        quantize_q8_0(scratch.q + p * cols, scratch.scales + p * n_blocks, x + p * cols, cols)
-    for p in range(n_pos - n_pos % 4):
+    quantize_q8_0(scratch.q + p * cols, scratch.scales + p * n_blocks, x + p * cols, cols)
+    if p < n_pos - n_pos % 4:
         for b in range(n_blocks):
             side_by_side[(p - p % 4) * n_blocks + 4 * b + p % 4] = scratch.scales[p * n_blocks + b]
 
@@ -293,7 +294,7 @@ cdef void quantize_block_q8_0(const float* x, Py_ssize_t n_pos, Py_ssize_t cols,
 cdef void matmul_q8_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
                       int n_threads) noexcept nogil:
     """out[p, i] = matvec_q8_0's out[i] for x[p]: every position quantised as matvec does it
-    (quantize_block_q8_0), then rows are taken in pairs, each pair read once for every position (in
+    (quantize_position_q8_0), then rows are taken in pairs, each pair read once for every position (in
     tiles of 4 positions, q8_0_tile_2x4); a pair is computed by one thread."""
     matmul_q8_0_many(1, &out, &m, x, n_pos, scratch, n_threads)
 
@@ -309,15 +310,24 @@ cdef void matmul_q8_0_many(int count, float** outs, const Matrix** ms, const flo
     cdef Py_ssize_t t, n_pairs = number_units(first, ms, count, 2)
     cdef long long work = 0
     cdef int k
+    cdef Py_ssize_t p
     for k in range(count):
         work += ms[k].rows * cols * n_pos // Q8_WORK_DIV
-    quantize_block_q8_0(x, n_pos, cols, scratch)
     if team_size(n_threads, work) == 1:
+        for p in range(n_pos):
+            quantize_position_q8_0(x, p, n_pos, cols, scratch)
         for t in range(n_pairs):
             q8_0_pair_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
         return
-    for t in prange(n_pairs, schedule="static", num_threads=n_threads):
-        q8_0_pair_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
+    # one team for both loops: the positions are quantised by the team (a prompt block's quantisation
+    # on one thread had the other waiting, 2% of a 15M prompt at 2 threads), then, once all are,
+    # every pair reads every position
+    with parallel(num_threads=n_threads):
+        for p in prange(n_pos, schedule="static"):
+            quantize_position_q8_0(x, p, n_pos, cols, scratch)
+        team_barrier()
+        for t in prange(n_pairs, schedule="static"):
+            q8_0_pair_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
 
 
 cdef inline void q8_0_pair_of(float** outs, const Matrix** ms, const Py_ssize_t* first, int count, Py_ssize_t t,

@@ -2,6 +2,18 @@
 
 cdef int team_size(int n_threads, long long work) noexcept nogil
 
+# Inside a `with parallel()` block, between two prange loops: Cython ends each loop with `omp for
+# nowait`, so a loop that reads what the one before it wrote must wait here for the whole team.
+cdef extern from *:
+    """
+    static inline void pyllama_team_barrier(void) {
+    #ifdef _OPENMP
+        _Pragma("omp barrier")
+    #endif
+    }
+    """
+    void team_barrier "pyllama_team_barrier"() noexcept nogil
+
 
 # The decode-loop controller (threads.pyx "Decode under load"): one per generation, on the caller's
 # stack; the engine calls decode_start once, token_start / token_end around each decode forward and
