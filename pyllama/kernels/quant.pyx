@@ -278,7 +278,7 @@ cdef inline void q8_0_row_pair(float* out, const uint8_t* w, Py_ssize_t row_byte
 
 
 cdef inline void quantize_position_q8_0(const float* x, Py_ssize_t p, Py_ssize_t n_pos, Py_ssize_t cols,
-                                       QuantScratch* scratch) noexcept nogil:
+                                        QuantScratch* scratch) noexcept nogil:
     """Position p quantised as matvec_q8_0 does it (into row p of the scratch) and, in a whole tile of
     4 positions, its scales also side by side with the tile's others after all the rows (q8_0_tile_2x4
     reads 4 per block). Positions are independent: any thread may take any of them."""
