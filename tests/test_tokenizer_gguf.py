@@ -24,6 +24,7 @@ from pyllama.errors import TokenizerError
 from pyllama.tokenizer import GgufTokenizer, Llama2cTokenizer, load_gguf_tokenizer, load_tokenizer, read_gguf_vocab
 from pyllama.tokenizer.bpe import BYTE_TO_CHAR
 from pyllama.tokenizer.pretokenize import PRE_NAMES, PreTokenizer, pre_tokenizer_info
+from pyllama.tokenizer.spm import SpmMerger
 
 MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 VOCAB = MODELS / "vocab"
@@ -84,6 +85,30 @@ VOCAB_CASES = [
 def test_llama_cpp_vocab_vectors(request, name, index, text, ids):
     tok = request.getfixturevalue({"llama-spm": "spm", "gpt-2": "gpt2"}[name])
     assert tok.encode(text, bos=False, eos=False, parse_special=False) == ids
+
+
+def test_spm_word_by_word_merges_like_the_whole_fragment(spm):
+    """llama's vocabulary has no token with a ▁ after another character, so the merger takes the text
+    word by word and remembers words; the ids must be those of merging the whole fragment at once, as
+    llama.cpp does (the vectors above check the same against llama.cpp itself)."""
+    merger = spm._spm
+    assert merger._by_word
+    words = [s for s, _ in _read_vocab_tests("llama-spm")] + ["the", "  ", "Hello", "world!", "🦙", "ÿ", "\n", "a"]
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        text = "\u2581" + "\u2581".join(rng.choice(words, size=rng.integers(1, 30))).replace(" ", "\u2581")
+        assert merger.ids(text) == merger._merge(text), text
+    forgetful = SpmMerger(merger._token_to_id, merger._scores, merger._byte_token, word_memory=4)
+    text = "\u2581" + "\u2581".join(words).replace(" ", "\u2581")
+    assert forgetful.ids(text) == merger._merge(text) and len(forgetful._words) <= 4
+
+
+def test_spm_merges_across_words_when_a_token_joins_them():
+    # "a▁" is a token: a merge may join a piece to the ▁ after it, so the fragment is merged whole
+    tokens = {"a": 0, "\u2581": 1, "b": 2, "a\u2581": 3, "\u2581b": 4}
+    merger = SpmMerger(tokens, [-1.0, -1.0, -1.0, 0.0, -0.5], lambda b: 100 + b)
+    assert not merger._by_word
+    assert merger.ids("a\u2581b") == [3, 2]  # word by word would give a, ▁b: [0, 4]
 
 
 def test_vocab_vectors_present():

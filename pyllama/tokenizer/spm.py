@@ -4,23 +4,58 @@ Owns the merge of one text fragment (spaces already written as ``▁``): start f
 characters, repeatedly merge the adjacent pair whose concatenation is the best-scoring token (the
 leftmost on ties; llama.cpp ``src/llama-vocab.cpp``, itself after SentencePiece's BPE model), then
 turn each symbol into its token or, when it is none, into byte tokens ``<0xXX>``.
+
+llama.cpp merges the whole fragment at once. When no token of the vocabulary has a ``▁`` right after
+another character (llama's 32,000 tokens have none), no merge can join a piece that ends before
+such a ``▁`` to the piece that starts with it: the fragment falls into words, ``▁`` runs with what
+follows them, that merge alone. Merges inside one word come in the same order either way (best
+score, then leftmost), so the ids are the same; each word is then merged once and remembered
+(at most ``WORD_MEMORY`` words, then the memory starts again), which is what makes a long probe text
+cheap to tokenise again and again. A vocabulary that has such a token is merged whole.
 """
 
 from __future__ import annotations
 
 import heapq
+import re
 from collections.abc import Callable
+
+WORD_MEMORY = 1 << 16
+_WORD_START = re.compile("(?<=[^\u2581])(?=\u2581)")  # before a ▁ that follows another character
+_JOINS_WORDS = re.compile("[^\u2581]\u2581")
 
 
 class SpmMerger:
     """Merges a fragment by token score."""
 
-    def __init__(self, token_to_id: dict[str, int], scores: list[float], byte_token: Callable[[int], int]) -> None:
+    def __init__(
+        self,
+        token_to_id: dict[str, int],
+        scores: list[float],
+        byte_token: Callable[[int], int],
+        word_memory: int = WORD_MEMORY,
+    ) -> None:
         self._token_to_id = token_to_id
         self._scores = scores
         self._byte_token = byte_token
+        self._by_word = not any(_JOINS_WORDS.search(token) for token in token_to_id)
+        self._words: dict[str, list[int]] = {}
+        self._word_memory = word_memory
 
     def ids(self, text: str) -> list[int]:
+        if not self._by_word:
+            return self._merge(text)
+        words, out = self._words, []
+        for word in _WORD_START.split(text):
+            ids = words.get(word)
+            if ids is None:
+                if len(words) >= self._word_memory:
+                    words.clear()
+                ids = words[word] = self._merge(word)
+            out.extend(ids)
+        return out
+
+    def _merge(self, text: str) -> list[int]:
         symbols = list(text)
         n = len(symbols)
         token_to_id, scores = self._token_to_id, self._scores
