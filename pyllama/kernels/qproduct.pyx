@@ -69,16 +69,18 @@ cdef void quant_product_many(int count, float** outs, const Matrix** ms, const R
         first[k + 1] = first[k] + (ms[k].rows // 8 if plans[k].dot8 != NULL else ms[k].rows)
         work += ms[k].rows * ms[k].cols * n_pos // QBLOCK_WORK_DIV
     n_units = first[count]
-    if team_size(n_threads, work) == 1 or n_pos == 1:
+    cdef bint serial = team_size(n_threads, work) == 1
+    if serial or n_pos == 1:
         # one position (decode) is quantised before the team starts: no barrier inside it
         for p in range(n_pos):
             quantize_position(cols, x, p, scratch, plans[0].act)
-        if team_size(n_threads, work) == 1:
-            for t in range(n_units):
-                product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
-        else:
-            for t in prange(n_units, schedule="static", num_threads=n_threads):
-                product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
+    if serial:
+        for t in range(n_units):
+            product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
+        return
+    if n_pos == 1:
+        for t in prange(n_units, schedule="static", num_threads=n_threads):
+            product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
         return
     # a block: the team quantises the positions (as matmul_q8_0_many does), waits until all are, then
     # multiplies

@@ -38,9 +38,15 @@ class SpmMerger:
         self._token_to_id = token_to_id
         self._scores = scores
         self._byte_token = byte_token
-        self._by_word = not any(_JOINS_WORDS.search(token) for token in token_to_id)
+        self._joins: bool | None = None  # some token joins two words: decided at the first merge, off the load
         self._words: dict[str, list[int]] = {}
         self._word_memory = word_memory
+
+    @property
+    def _by_word(self) -> bool:
+        if self._joins is None:
+            self._joins = any(_JOINS_WORDS.search(token) for token in self._token_to_id)
+        return not self._joins
 
     def ids(self, text: str) -> list[int]:
         if not self._by_word:
