@@ -49,10 +49,14 @@ class BuildExt(build_ext):
 
 
 def _extensions() -> list[Extension]:
+    # the C headers that kernel modules include (C's own #include is not followed by cythonize):
+    # an edited header recompiles the modules beside it
+    headers = [str(h.relative_to(ROOT)) for h in sorted(ROOT.glob("pyllama/**/*.h"))]
     exts = []
     for pyx in sorted(ROOT.glob("pyllama/**/*.pyx")):
         module = ".".join(pyx.relative_to(ROOT).with_suffix("").parts)
-        exts.append(Extension(module, [str(pyx.relative_to(ROOT))], include_dirs=[np.get_include()]))
+        near = [h for h in headers if Path(h).parent == pyx.relative_to(ROOT).parent]
+        exts.append(Extension(module, [str(pyx.relative_to(ROOT))], include_dirs=[np.get_include()], depends=near))
     for pyx in sorted(ROOT.glob("plugins/*.pyx")):
         exts.append(
             Extension(f"pyllama.plugins.{pyx.stem}", [str(pyx.relative_to(ROOT))], include_dirs=[np.get_include()])

@@ -9,6 +9,10 @@ Environment switches:
   PYLLAMA_PORTABLE=1    no -march=native (a build that runs on any x86-64 / aarch64 machine)
   PYLLAMA_BOUNDSCHECK=1 Cython bounds, wraparound and initialisation checks back on, for debugging
   PYLLAMA_NO_OPENMP=1   serial kernels even if the compiler has OpenMP
+  PYLLAMA_EMULATE_AVX512=1 (or =vnni)
+                        a test build: the AVX-512 (or AVX-512 VNNI) kernels of the block-quantised
+                        types compiled on a CPU that has only AVX2, against SIMDe's portable AVX-512
+                        headers (Debian's libsimde-dev), so that either machine can test that path
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SWITCHES = ("PYLLAMA_PORTABLE", "PYLLAMA_BOUNDSCHECK", "PYLLAMA_NO_OPENMP")
+EMULATE_AVX512 = "PYLLAMA_EMULATE_AVX512"
+# its values and the level each compiles (qblocks.h: 1 AVX-512 F+BW, 2 with VNNI)
+EMULATE_AVX512_LEVELS = {"1": 1, "vnni": 2}
+SIMDE_HEADER = "simde/x86/avx512.h"
 
 # -fno-math-errno: sqrtf/expf become single instructions (nothing reads errno). -fno-trapping-math: the
 # compiler may compute both sides of a select (a clamp, a zero below a threshold) and vectorise the
@@ -39,6 +47,29 @@ def switches(env: Mapping[str, str] | None = None) -> dict[str, bool]:
     """Which of the environment switches are on (a value of exactly "1")."""
     env = os.environ if env is None else env
     return {name: env.get(name) == "1" for name in SWITCHES}
+
+
+def emulated_avx512(env: Mapping[str, str] | None = None) -> int:
+    """The AVX-512 level PYLLAMA_EMULATE_AVX512 asks for: 0 (unset), 1 (F+BW) or 2 (with VNNI)."""
+    env = os.environ if env is None else env
+    value = env.get(EMULATE_AVX512, "")
+    if value in ("", "0"):
+        return 0
+    if value not in EMULATE_AVX512_LEVELS:
+        raise ValueError(f"{EMULATE_AVX512}={value!r}: use 1 (AVX-512 F+BW) or vnni (with VNNI)")
+    return EMULATE_AVX512_LEVELS[value]
+
+
+def compiler_has_header(cc: str | Sequence[str], header: str) -> bool:
+    """True when the C compiler ``cc`` finds ``header`` on its include path."""
+    argv = [cc] if isinstance(cc, str) else list(cc)
+    if not argv or shutil.which(argv[0]) is None:
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text(f"#include <{header}>\nint main(void){{return 0;}}\n")
+        proc = subprocess.run([*argv, "-c", str(src), "-o", str(Path(tmp) / "probe.o")], capture_output=True)
+        return proc.returncode == 0
 
 
 def cython_directives(env: Mapping[str, str] | None = None) -> dict[str, object]:
@@ -90,7 +121,8 @@ def build_config(cc: str | Sequence[str], env: Mapping[str, str] | None = None) 
     on = switches(env)
     args = list(BASE_COMPILE_ARGS)
     if not on["PYLLAMA_PORTABLE"]:
-        args.append("-march=native")
+        # the define lets a module say that it was built for this CPU (qproduct.built_for_this_cpu)
+        args += ["-march=native", "-DPYLLAMA_MARCH_NATIVE"]
     reason = ""
     if on["PYLLAMA_NO_OPENMP"]:
         openmp, reason = False, "PYLLAMA_NO_OPENMP=1"
@@ -100,4 +132,12 @@ def build_config(cc: str | Sequence[str], env: Mapping[str, str] | None = None) 
     link = [OPENMP_FLAG] if openmp else []
     if openmp:
         args.append(OPENMP_FLAG)
+    level = emulated_avx512(env)
+    if level:
+        if not compiler_has_header(cc, SIMDE_HEADER):
+            raise RuntimeError(
+                f"{EMULATE_AVX512} needs SIMDe's headers ({SIMDE_HEADER}); install them (Debian: libsimde-dev)"
+            )
+        # -Wno-psabi: gcc notes, once per emulated function, that 64-byte vector arguments changed ABI in 4.6
+        args += [f"-DPYLLAMA_EMULATE_AVX512={level}", "-Wno-psabi"]
     return BuildConfig(openmp, args, link, cython_directives(env), reason)

@@ -19,7 +19,7 @@ SETTINGS = [{}, {"PYLLAMA_PORTABLE": "1"}, {"PYLLAMA_BOUNDSCHECK": "1"}, {"PYLLA
 
 
 def _switch_env(monkeypatch, env: dict[str, str]) -> None:
-    for name in build_config.SWITCHES:
+    for name in (*build_config.SWITCHES, build_config.EMULATE_AVX512):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -87,3 +87,25 @@ def test_boundscheck_reaches_a_compiled_plugin(monkeypatch, tmp_path):
     assert module.read(x, 3) == 3.0
     with pytest.raises(IndexError):
         module.read(x, 4)
+
+
+def test_emulated_avx512_levels_and_errors(monkeypatch):
+    """PYLLAMA_EMULATE_AVX512 (a test build of the AVX-512 quant kernels) takes 1 or vnni, adds its define
+    to setup's flags only (plugins never include those kernels), and says what is missing."""
+    assert build_config.emulated_avx512({}) == 0
+    assert build_config.emulated_avx512({build_config.EMULATE_AVX512: "1"}) == 1
+    assert build_config.emulated_avx512({build_config.EMULATE_AVX512: "vnni"}) == 2
+    with pytest.raises(ValueError, match="use 1 .* or vnni"):
+        build_config.emulated_avx512({build_config.EMULATE_AVX512: "avx512"})
+    monkeypatch.setattr(build_config, "compiler_has_header", lambda cc, header: True)
+    cfg = build_config.build_config(native.compiler_command(), {build_config.EMULATE_AVX512: "vnni"})
+    assert "-DPYLLAMA_EMULATE_AVX512=2" in cfg.compile_args
+    monkeypatch.setattr(build_config, "compiler_has_header", lambda cc, header: False)
+    with pytest.raises(RuntimeError, match="libsimde-dev"):
+        build_config.build_config(native.compiler_command(), {build_config.EMULATE_AVX512: "1"})
+
+
+def test_header_probe_finds_a_standard_header_and_not_a_missing_one():
+    cc = native.compiler_command()
+    assert build_config.compiler_has_header(cc, "stdint.h")
+    assert not build_config.compiler_has_header(cc, "pyllama_no_such_header_anywhere.h")

@@ -46,8 +46,11 @@ that a block equals the positions one by one, bit for bit.
 fma is ``fmaf`` in the portable C path and ``_mm256_fmadd_ps`` with AVX2, one rounding either way; the
 lanes are exact integers, computed in registers (AVX2) or from the unpacked int8[256] (portable), so
 the AVX2 and portable (``PYLLAMA_PORTABLE=1``) builds give identical bits. tests/test_kquant_order.py
-writes the same order out in numpy from gguf-py's integers. There is no AVX-512 path (an AVX-512 machine
-runs the AVX2 code, with the same bits; llama.cpp there repacks Q2_K too, which is not followed).
+writes the same order out in numpy from gguf-py's integers. With AVX-512 (F and BW; ``vpdpwssd`` when the
+CPU has VNNI) the lanes take 64 values per step, two runs in one register, folded into the same 8 exact
+int32 lanes before the float part, which stays 8-wide: an AVX-512 build gives the AVX2 bits
+(``PYLLAMA_EMULATE_AVX512`` tests that path on a CPU without AVX-512). llama.cpp on AVX-512 repacks
+Q2_K matrices, which is not followed.
 
 The kernels issue no software prefetch: the hardware prefetcher streams the rows, and prefetching 4
 KiB ahead cost a third of the decode speed of the 42M shapes.

@@ -28,6 +28,58 @@
 #define PYLLAMA_QBLOCKS_AVX2 0
 #endif
 
+/* AVX-512 (F and BW, on top of AVX2 and FMA): the integer work of two 32-value blocks, or of 64
+ * values of a super-block, in one zmm register; with VNNI, vpdpbusd/vpdpwssd fuse the multiply-adds.
+ * The float work keeps the AVX2 order of 8 lanes, so an AVX-512 build gives the bits of an AVX2 one.
+ * PYLLAMA_EMULATE_AVX512 (build_config.py) compiles this path on a CPU without AVX-512, against
+ * SIMDe's portable AVX-512 (a test build: slow, but the same integers and the same float operations),
+ * so that the path is tested on whichever machine is at hand. */
+#if PYLLAMA_QBLOCKS_AVX2 && defined(PYLLAMA_EMULATE_AVX512)
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+/* SIMDe 0.7.4 aliases _mm512_madd_epi16 with the four arguments of its masked form */
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16(a, b) simde_mm512_madd_epi16(a, b)
+/* and has no unsigned widenings to 512 bits: the same values, a 128-bit half at a time */
+static inline simde__m512i pyllama_emulated_cvtepu8_epi16(simde__m256i v) {
+    return simde_mm512_inserti64x4(simde_mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(v))),
+                                   _mm256_cvtepu8_epi16(_mm256_extracti128_si256(v, 1)), 1);
+}
+static inline simde__m512i pyllama_emulated_cvtepu16_epi32(simde__m256i v) {
+    return simde_mm512_inserti64x4(simde_mm512_castsi256_si512(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v))),
+                                   _mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 1);
+}
+#define _mm512_cvtepu8_epi16 pyllama_emulated_cvtepu8_epi16
+#define _mm512_cvtepu16_epi32 pyllama_emulated_cvtepu16_epi32
+#define PYLLAMA_QBLOCKS_AVX512 1
+#define PYLLAMA_QBLOCKS_VNNI (PYLLAMA_EMULATE_AVX512 == 2)
+#elif PYLLAMA_QBLOCKS_AVX2 && defined(__AVX512F__) && defined(__AVX512BW__)
+#define PYLLAMA_QBLOCKS_AVX512 1
+#if defined(__AVX512VNNI__)
+#define PYLLAMA_QBLOCKS_VNNI 1
+#else
+#define PYLLAMA_QBLOCKS_VNNI 0
+#endif
+#else
+#define PYLLAMA_QBLOCKS_AVX512 0
+#define PYLLAMA_QBLOCKS_VNNI 0
+#endif
+
+/* whether the build targeted the CPU it ran on (-march=native: build_config.py) */
+static inline int pyllama_qblocks_native(void) {
+#if defined(PYLLAMA_MARCH_NATIVE)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* which path this build compiled: "avx512-vnni", "avx512", "avx2" or "portable" */
+static inline const char* pyllama_qblocks_path(void) {
+    if (PYLLAMA_QBLOCKS_AVX512) return PYLLAMA_QBLOCKS_VNNI ? "avx512-vnni" : "avx512";
+    return PYLLAMA_QBLOCKS_AVX2 ? "avx2" : "portable";
+}
+
 #define PYLLAMA_QK 32    /* values per Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/Q8_0/Q8_1 block */
 #define PYLLAMA_QK_K 256 /* values per K-quant / Q8_K super-block */
 
@@ -125,6 +177,36 @@ static inline int32_t pyllama_hsum_i32x4(__m128i v) {
     v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
     v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
     return _mm_cvtsi128_si32(v);
+}
+#endif
+
+#if PYLLAMA_QBLOCKS_AVX512
+/* pyllama_lanes_u8 on 64 values: 16 int32 lanes, lane l of each 256-bit half as in the AVX2 form.
+   vpdpbusd sums the four products without maddubs' int16 step, which never saturates here. */
+static inline __m512i pyllama_lanes_u8_x2(__m512i w, __m512i x) {
+#if PYLLAMA_QBLOCKS_VNNI
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+#else
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(w, x), _mm512_set1_epi16(1));
+#endif
+}
+/* pyllama_lanes_i8 on 64 values. zmm has no vpsignb: x is negated where w is negative (a byte mask),
+   which is x * sign(w) wherever w != 0, and |w| = 0 elsewhere: the same products. */
+static inline __m512i pyllama_lanes_i8_x2(__m512i w, __m512i x) {
+    const __m512i sx = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return pyllama_lanes_u8_x2(_mm512_abs_epi8(w), sx);
+}
+/* the 8 lanes of the two halves added (exact): a super-block's lanes from its 64-value steps */
+static inline __m256i pyllama_fold_halves(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+/* acc + madd(p, scales): the int16 products of maddubs times their int16 scales, pairs summed */
+static inline __m512i pyllama_madd_acc(__m512i acc, __m512i p, __m512i scales) {
+#if PYLLAMA_QBLOCKS_VNNI
+    return _mm512_dpwssd_epi32(acc, p, scales);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(p, scales));
+#endif
 }
 #endif
 

@@ -19,6 +19,8 @@ from pyllama.kernels.quant cimport quantize_q8_0
 from pyllama.kernels.threads cimport team_barrier, team_size
 
 cdef extern from "qblocks.h":
+    const char* qblocks_path "pyllama_qblocks_path"() noexcept nogil
+    bint qblocks_native "pyllama_qblocks_native"() noexcept nogil
     void quantize_q8_1 "pyllama_quantize_q8_1"(signed char* q, float* d, float* s, const float* x,
                                                Py_ssize_t n) noexcept nogil
     void quantize_q8_k "pyllama_quantize_q8_k"(signed char* q, float* d, short* bsums, const float* x,
@@ -137,3 +139,14 @@ def quantize_activation_np(const float[::1] x, str kind):
         else:
             quantize_q8_k(&qv[0], &dv[0], &bv[0], &x[0], n)
     return q, d, (None if kind == "Q8_0" else s if kind == "Q8_1" else bsums)
+
+
+def simd_path() -> str:
+    """The instruction set this build multiplies the block-quantised types with: ``avx512-vnni``,
+    ``avx512``, ``avx2`` or ``portable`` (chosen at compile time, see build_config.py)."""
+    return qblocks_path().decode()
+
+
+def built_for_this_cpu() -> bool:
+    """True for a -march=native build (the default); False for PYLLAMA_PORTABLE=1."""
+    return qblocks_native()

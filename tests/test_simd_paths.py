@@ -1,0 +1,113 @@
+"""Every SIMD path of the block-quantised kernels, tested on whichever x86-64 CPU runs the tests.
+
+A default build compiles one path, the widest this CPU has (test_quant_kernels.py checks that), and the
+default run tests that one. So that the others are tested too, this test compiles the three modules that
+hold those kernels (qlegacy, kquants and qproduct, from the C that the install generated) once for each
+other path, puts them into a copy of the package and runs the kernel tests there in a child process:
+gguf-py's integers and the numpy emulation of ggml's float order, bit for bit (test_quant_kernels.py,
+test_kquant_order.py, test_ggml_order.py; all but the check that a build takes the CPU's widest path,
+which these builds leave on purpose). How each path is built here:
+
+- portable: ``PYLLAMA_PORTABLE=1`` (no instruction set beyond the architecture's base);
+- avx2: on an AVX-512 CPU, the native flags with AVX-512 switched off (``-mno-avx512f``);
+- avx512 (F+BW, no VNNI): on an AVX-512 VNNI CPU, the native flags with ``-mno-avx512vnni``;
+  on a CPU without AVX-512, ``PYLLAMA_EMULATE_AVX512=1`` (build_config.py);
+- avx512-vnni: on a CPU without VNNI, ``PYLLAMA_EMULATE_AVX512=vnni``.
+
+The emulation compiles the same source against SIMDe's portable AVX-512 headers: SIMDe's C for each
+intrinsic, so it checks the path's arithmetic (lanes, masks, shuffles, the float order), not the CPU.
+Each case skips with its reason where it cannot run: not x86-64, the path is the build's own, a CPU
+without AVX2 for an AVX-512 path, or no SIMDe headers (Debian: libsimde-dev) where emulation is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyllama import build_config
+from pyllama.attention.native import compiler_command
+from pyllama.kernels.qproduct import built_for_this_cpu, simd_path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "pyllama"
+MODULES = ("qlegacy", "kquants", "qproduct")
+KERNEL_TESTS = ("test_quant_kernels.py", "test_kquant_order.py", "test_ggml_order.py")
+PATHS = ("portable", "avx2", "avx512", "avx512-vnni")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    return next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
+
+
+def _recipe(path: str) -> tuple[dict[str, str], list[str]] | str:
+    """How to build ``path`` on this machine: (environment switches, extra compiler flags), or why not."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"the SIMD kernels are x86-64 code; this is {platform.machine()}"
+    if not built_for_this_cpu():
+        return "a PYLLAMA_PORTABLE=1 install: the default run tests the portable path, and no other is built"
+    if path == simd_path():
+        return f"this build's own path ({path}): the default run's kernel tests check it"
+    if not all((PACKAGE / "kernels" / f"{m}.c").exists() for m in MODULES):
+        return "the generated C of the kernel modules is not in the checkout (a non-editable install)"
+    if path == "portable":
+        return {"PYLLAMA_PORTABLE": "1"}, []
+    flags = _cpu_flags()
+    if not {"avx2", "fma"} <= flags:
+        return f"the {path} path needs AVX2 and FMA, which this CPU lacks"
+    native_avx512 = {"avx512f", "avx512bw"} <= flags
+    if path == "avx2":
+        return {}, ["-mno-avx512f"]
+    if path == "avx512" and native_avx512:
+        return {}, ["-mno-avx512vnni"]
+    if not build_config.compiler_has_header(compiler_command(), build_config.SIMDE_HEADER):
+        return f"emulating {path} needs SIMDe's headers ({build_config.SIMDE_HEADER}; Debian: libsimde-dev)"
+    return {build_config.EMULATE_AVX512: "1" if path == "avx512" else "vnni"}, []
+
+
+def _compile(module: str, env: dict[str, str], extra: list[str], out_dir: Path) -> None:
+    cfg = build_config.build_config(compiler_command(), env)
+    target = out_dir / f"{module}{sysconfig.get_config_var('EXT_SUFFIX')}"
+    includes = [PACKAGE / "kernels", np.get_include(), sysconfig.get_paths()["include"]]
+    argv = [*compiler_command(), "-shared", "-fPIC", *cfg.compile_args, *extra, *(f"-I{d}" for d in includes)]
+    argv += [str(PACKAGE / "kernels" / f"{module}.c"), "-o", str(target), *cfg.link_args]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{module} did not compile with {env} {extra}:\n{proc.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_each_simd_path_gives_the_kernel_tests_bits(path, tmp_path):
+    recipe = _recipe(path)
+    if isinstance(recipe, str):
+        pytest.skip(recipe)
+    env_switches, extra = recipe
+    copy = tmp_path / "pyllama"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("*.c", "__pycache__"), symlinks=True)
+    with ThreadPoolExecutor(max_workers=len(MODULES)) as pool:
+        list(pool.map(lambda m: _compile(m, env_switches, extra, copy / "kernels"), MODULES))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "tests")])}
+    probe_code = "import pyllama.kernels.qproduct as q; print(q.__file__); print(q.simd_path())"
+    probe = subprocess.run([sys.executable, "-c", probe_code], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert probe.returncode == 0, probe.stderr
+    where, built = probe.stdout.split()
+    assert Path(where).is_relative_to(tmp_path) and built == path, probe.stdout
+    pytest_args = ["-q", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path)]
+    tests = [str(REPO / "tests" / name) for name in KERNEL_TESTS]
+    argv = [sys.executable, "-m", "pytest", *pytest_args, "-k", "not widest_path", *tests]
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary, run.stdout[-500:]
