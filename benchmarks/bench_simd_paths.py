@@ -54,7 +54,7 @@ print(json.dumps(out))
 
 def _build(path: str, root: Path) -> Path | str:
     """A copy of the package whose kernel modules take ``path``, or why it cannot be built here."""
-    recipe = paths._recipe(path)
+    recipe = paths.recipe(path)
     if isinstance(recipe, str):
         return recipe
     env_switches, extra = recipe
@@ -63,7 +63,7 @@ def _build(path: str, root: Path) -> Path | str:
     copy = root / path / "pyllama"
     shutil.copytree(paths.PACKAGE, copy, ignore=shutil.ignore_patterns("*.c", "__pycache__"), symlinks=True)
     with ThreadPoolExecutor(max_workers=len(paths.MODULES)) as pool:
-        list(pool.map(lambda m: paths._compile(m, env_switches, extra, copy / "kernels"), paths.MODULES))
+        list(pool.map(lambda m: paths.compile_module(m, env_switches, extra, copy / "kernels"), paths.MODULES))
     return copy.parent
 
 

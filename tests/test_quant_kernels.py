@@ -20,9 +20,6 @@ block kernel and the one-position kernel.
 
 from __future__ import annotations
 
-import platform
-from pathlib import Path
-
 import gguf
 import numpy as np
 import pytest
@@ -32,7 +29,7 @@ from quant_reference import ACTIVATION, HALF_FIELDS, QUANTIZERS, random_blocks, 
 
 from pyllama.checkpoint.weights import QType, Tensor
 from pyllama.kernels.matvec import embedding_row_tensor, matmul_many_tensors, matmul_tensor, matvec_tensor
-from pyllama.kernels.qproduct import built_for_this_cpu, quantize_activation_np, simd_path
+from pyllama.kernels.qproduct import quantize_activation_np
 from pyllama.kernels.qtypes import BY_QTYPE, STORED_TYPES
 
 U = 2.0**-24
@@ -179,32 +176,3 @@ def test_grouped_products_are_each_matrix_alone_bitwise(types, parallel_always):
             got = matmul_many_tensors(tensors, x[:n_pos], n_threads)
             for k, (g, a) in enumerate(zip(got, alone, strict=True)):
                 assert np.array_equal(g.view(np.uint32), a[:n_pos].view(np.uint32)), (k, n_threads, n_pos)
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return set()
-    return next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
-
-
-def test_the_build_multiplies_with_the_widest_path_the_cpu_has():
-    """A default (-march=native) build compiles the AVX-512 kernels on an AVX-512 CPU and the AVX2 ones on
-    an AVX2 CPU, so that the kernel tests of this run check the path this machine has."""
-    if not built_for_this_cpu():
-        pytest.skip("a PYLLAMA_PORTABLE=1 build: no instruction set beyond the architecture's base")
-    if simd_path().startswith("avx512") and "avx512f" not in _cpu_flags():
-        pytest.skip("a PYLLAMA_EMULATE_AVX512 build (test_simd_paths.py builds one)")
-    if platform.machine() not in ("x86_64", "AMD64"):
-        assert simd_path() == "portable"
-        return
-    flags = _cpu_flags()
-    if not flags:
-        pytest.skip("no /proc/cpuinfo to read the CPU's instruction sets from")
-    want = "portable"
-    if {"avx2", "fma"} <= flags:
-        want = "avx2"
-        if {"avx512f", "avx512bw"} <= flags:
-            want = "avx512-vnni" if "avx512_vnni" in flags else "avx512"
-    assert simd_path() == want

@@ -1,12 +1,11 @@
 """Every SIMD path of the block-quantised kernels, tested on whichever x86-64 CPU runs the tests.
 
-A default build compiles one path, the widest this CPU has (test_quant_kernels.py checks that), and the
+A default build compiles one path, the widest this CPU has (the first test checks that), and the
 default run tests that one. So that the others are tested too, this test compiles the three modules that
 hold those kernels (qlegacy, kquants and qproduct, from the C that the install generated) once for each
 other path, puts them into a copy of the package and runs the kernel tests there in a child process:
 gguf-py's integers and the numpy emulation of ggml's float order, bit for bit (test_quant_kernels.py,
-test_kquant_order.py, test_ggml_order.py; all but the check that a build takes the CPU's widest path,
-which these builds leave on purpose). How each path is built here:
+test_kquant_order.py, test_ggml_order.py). How each path is built here:
 
 - portable: ``PYLLAMA_PORTABLE=1`` (no instruction set beyond the architecture's base);
 - avx2: on an AVX-512 CPU, the native flags with AVX-512 switched off (``-mno-avx512f``);
@@ -53,7 +52,28 @@ def _cpu_flags() -> set[str]:
     return next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
 
 
-def _recipe(path: str) -> tuple[dict[str, str], list[str]] | str:
+def test_the_build_multiplies_with_the_widest_path_the_cpu_has():
+    """A default (-march=native) build compiles the AVX-512 kernels on an AVX-512 CPU and the AVX2 ones on
+    an AVX2 CPU, so that the kernel tests of this run check the path this machine has."""
+    if not built_for_this_cpu():
+        pytest.skip("a PYLLAMA_PORTABLE=1 build: no instruction set beyond the architecture's base")
+    if simd_path().startswith("avx512") and "avx512f" not in _cpu_flags():
+        pytest.skip("a PYLLAMA_EMULATE_AVX512 build (by hand: this file builds its own)")
+    if platform.machine() not in ("x86_64", "AMD64"):
+        assert simd_path() == "portable"
+        return
+    flags = _cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo to read the CPU's instruction sets from")
+    want = "portable"
+    if {"avx2", "fma"} <= flags:
+        want = "avx2"
+        if {"avx512f", "avx512bw"} <= flags:
+            want = "avx512-vnni" if "avx512_vnni" in flags else "avx512"
+    assert simd_path() == want
+
+
+def recipe(path: str) -> tuple[dict[str, str], list[str]] | str:
     """How to build ``path`` on this machine: (environment switches, extra compiler flags), or why not."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return f"the SIMD kernels are x86-64 code; this is {platform.machine()}"
@@ -78,7 +98,7 @@ def _recipe(path: str) -> tuple[dict[str, str], list[str]] | str:
     return {build_config.EMULATE_AVX512: "1" if path == "avx512" else "vnni"}, []
 
 
-def _compile(module: str, env: dict[str, str], extra: list[str], out_dir: Path) -> None:
+def compile_module(module: str, env: dict[str, str], extra: list[str], out_dir: Path) -> None:
     cfg = build_config.build_config(compiler_command(), env)
     target = out_dir / f"{module}{sysconfig.get_config_var('EXT_SUFFIX')}"
     includes = [PACKAGE / "kernels", np.get_include(), sysconfig.get_paths()["include"]]
@@ -90,14 +110,14 @@ def _compile(module: str, env: dict[str, str], extra: list[str], out_dir: Path) 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_each_simd_path_gives_the_kernel_tests_bits(path, tmp_path):
-    recipe = _recipe(path)
-    if isinstance(recipe, str):
-        pytest.skip(recipe)
-    env_switches, extra = recipe
+    recipe_or_reason = recipe(path)
+    if isinstance(recipe_or_reason, str):
+        pytest.skip(recipe_or_reason)
+    env_switches, extra = recipe_or_reason
     copy = tmp_path / "pyllama"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("*.c", "__pycache__"), symlinks=True)
     with ThreadPoolExecutor(max_workers=len(MODULES)) as pool:
-        list(pool.map(lambda m: _compile(m, env_switches, extra, copy / "kernels"), MODULES))
+        list(pool.map(lambda m: compile_module(m, env_switches, extra, copy / "kernels"), MODULES))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "tests")])}
     probe_code = "import pyllama.kernels.qproduct as q; print(q.__file__); print(q.simd_path())"
     probe = subprocess.run([sys.executable, "-c", probe_code], env=env, capture_output=True, text=True, cwd=tmp_path)
@@ -106,7 +126,7 @@ def test_each_simd_path_gives_the_kernel_tests_bits(path, tmp_path):
     assert Path(where).is_relative_to(tmp_path) and built == path, probe.stdout
     pytest_args = ["-q", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"), "--rootdir", str(tmp_path)]
     tests = [str(REPO / "tests" / name) for name in KERNEL_TESTS]
-    argv = [sys.executable, "-m", "pytest", *pytest_args, "-k", "not widest_path", *tests]
+    argv = [sys.executable, "-m", "pytest", *pytest_args, *tests]
     run = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     summary = run.stdout.strip().splitlines()[-1]
