@@ -7,7 +7,9 @@ For each tinyllamas shape (seeded random weights: speed does not depend on weigh
    ``generate`` does with a prompt and ``pyllama bench`` reports as ``prompt_tok_per_s``), N = 256
    for the stories15M shape (its context) and 512 otherwise, llama-bench's pp sizes;
 3. a teacher-forced ``diff causal sliding:64`` over the ``standard`` probe: positions per second
-   with blocks (the default) and, with ``--per-position``, without them.
+   with blocks (the default) and, with ``--per-position``, without them; then with causal's run
+   recorded (the first diff, ``diff_recording``) and replayed (every later one, ``diff_replay``),
+   what ``pyllama diff`` does by default (``pyllama.diff.side_cache``).
 
 Runs alternate between the variants; the best of ``--repeats`` is reported. Each rate is also given
 per second of process CPU time (``*_cpu`` keys): at one thread that is the work itself, which a
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +31,7 @@ import numpy as np
 from random_checkpoints import SHARED, random_checkpoint
 
 from pyllama.diff import run_diff
+from pyllama.diff.side_cache import SideCache
 from pyllama.model import Model
 
 SHAPES = {"stories15M": 256, "stories42M": 512, "stories110M": 512}
@@ -48,7 +52,8 @@ def decode_tok_s(model: Model, steps: int) -> tuple[float, float]:
     return gen.tok_per_s, gen.steps / (time.process_time() - c0)
 
 
-def diff_pos_s(model: Model, blocks: bool) -> tuple[float, float, int]:
+def diff_pos_s(model: Model, blocks: bool, cache: SideCache | None = None) -> tuple[float, float, int]:
+    """``cache``: record side A (causal) there on the first call, replay it on the next ones."""
     c0 = time.process_time()
     report = run_diff(
         model.config,
@@ -60,6 +65,8 @@ def diff_pos_s(model: Model, blocks: bool) -> tuple[float, float, int]:
         threads=model.threads,
         progress=False,
         blocks=blocks,
+        cache=cache or False,
+        model_file=model.path,
     )
     return report.n_positions / report.seconds, report.n_positions / (time.process_time() - c0), report.n_positions
 
@@ -81,19 +88,26 @@ def main() -> None:
         tokenizer = SHARED / "models" / "tokenizer.bin"  # the tinyllamas' 32,000-token vocabulary (the probe's text)
         model = Model.load(random_checkpoint(shape, args.workdir), tokenizer=tokenizer, threads=args.threads)
         engine = model.engine("causal")
-        best = dict.fromkeys(["decode", "prompt", "diff_blocks", "diff_per_position"], 0.0)
+        best = dict.fromkeys(
+            ["decode", "prompt", "diff_blocks", "diff_record", "diff_replay", "diff_per_position"], 0.0
+        )
         cpu = dict.fromkeys(best, 0.0)
         n_diff = 0
 
         def keep(name: str, rates: tuple[float, ...], best=best, cpu=cpu) -> None:
             best[name], cpu[name] = max(best[name], rates[0]), max(cpu[name], rates[1])
 
+        records = None
+        if not args.no_diff:
+            records = SideCache(tempfile.mkdtemp(prefix="records-", dir=args.workdir), max_bytes=64 * 2**30)
+            keep("diff_record", diff_pos_s(model, True, records)[:2])  # the first diff records causal's run
         for _ in range(args.repeats):
             keep("decode", decode_tok_s(model, args.decode_steps))
             keep("prompt", prompt_tok_s(model, SHAPES[shape]))
             if not args.no_diff:
                 *rates, n_diff = diff_pos_s(model, True)
                 keep("diff_blocks", rates)
+                keep("diff_replay", diff_pos_s(model, True, records)[:2])
         if args.per_position and not args.no_diff:
             keep("diff_per_position", diff_pos_s(model, False))  # once: it is the slow one
         row = {
@@ -106,6 +120,9 @@ def main() -> None:
             "diff_positions": n_diff,
             "diff_blocks_pos_per_s": best["diff_blocks"],
             "diff_blocks_vs_decode": best["diff_blocks"] / best["decode"],
+            "diff_recording_pos_per_s": best["diff_record"],
+            "diff_replay_pos_per_s": best["diff_replay"],
+            "diff_replay_vs_decode": best["diff_replay"] / best["decode"],
             "diff_per_position_pos_per_s": best["diff_per_position"] or None,
             "decode_tok_per_s_cpu": cpu["decode"],
             "prompt_tok_per_s_cpu": cpu["prompt"],
@@ -116,6 +133,8 @@ def main() -> None:
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
+        if records is not None:
+            shutil.rmtree(records.folder, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 

@@ -181,6 +181,7 @@ class Model:
         progress: bool | None = None,
         blocks: bool = True,
         greedy: bool = True,
+        cache: bool | str | os.PathLike | None = None,
     ) -> DiffReport:
         """Teacher-force a probe through plugins ``a`` and ``b`` (specs or instances) on these weights.
 
@@ -192,6 +193,12 @@ class Model:
         (``"passkey:depth=0.5,length=2000"``, ``"needle:..."``, ``"copy:..."``) adds each side's key
         scores (``report.retrieval``); ``greedy=False`` skips decoding the greedy answer where a
         side's chain leaves the key (see ``pyllama.diff.retrieval_scores``).
+
+        ``cache``: side A's run (a built-in plugin) is recorded on disk the first time and replayed
+        by later diffs of the same model file, plugin spec and probe, which then run one forward per
+        position instead of two, with the same report bit for bit (``pyllama.diff.side_cache``).
+        None: the default folder, unless ``$PYLLAMA_DIFF_CACHE`` is ``off``; a path: that folder;
+        False: neither record nor replay.
         """
         from pyllama.diff import run_diff
         from pyllama.diff.probes import probe_from_text
@@ -213,6 +220,8 @@ class Model:
             blocks=blocks,
             name=str(self.path or "model"),
             greedy=greedy,
+            cache=cache,
+            model_file=self.path,
         )
 
     # ---- text --------------------------------------------------------------------------------

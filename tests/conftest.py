@@ -82,3 +82,18 @@ def parallel_always():
     previous = set_serial_below(0)
     yield
     set_serial_below(previous)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_recorded_diff_sides():
+    """Diffs in the tests run both sides live (tests that replay pass their own cache folder), and
+    nothing is written to the user's cache."""
+    import os
+
+    previous = os.environ.get("PYLLAMA_DIFF_CACHE")
+    os.environ["PYLLAMA_DIFF_CACHE"] = "off"
+    yield
+    if previous is None:
+        os.environ.pop("PYLLAMA_DIFF_CACHE", None)
+    else:
+        os.environ["PYLLAMA_DIFF_CACHE"] = previous

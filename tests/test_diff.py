@@ -303,7 +303,7 @@ def test_thread_count_and_concurrency_do_not_change_the_report(model):
 
 @pytest.mark.parametrize("name", ["stories260K.bin", "stories260K-f16.gguf", "stories260K-q8_0.gguf"])
 def test_block_classifier_gives_the_engines_logits_bit_for_bit(name):
-    from pyllama.diff.harness import _Side
+    from pyllama.diff.sides import LiveSide
     from pyllama.engine import Engine
 
     m = Model.load(_model_file(name), tokenizer=None, threads=1)
@@ -311,11 +311,11 @@ def test_block_classifier_gives_the_engines_logits_bit_for_bit(name):
     engine = m.engine("causal", threads=1)
     expect = np.array([np.array(engine.forward(int(t), p)) for p, t in enumerate(tokens)])
     for threads, n in ((1, len(tokens)), (2, 10)):  # blocks of 64 and a partial one; rows split over threads
-        side = _Side("causal", Engine(m.config, m.weights, Causal(), threads), 64, m.config, m.weights, threads)
+        side = LiveSide("causal", Engine(m.config, m.weights, Causal(), threads), 64, m.config, m.weights, threads)
         got = []
         for c0 in range(0, n, 64):
             block = tokens[c0 : min(c0 + 64, n)]
-            side.run(block, c0, "test")
+            side.run(block, c0, "test", 0)
             got.append(side.logits[: len(block)].copy())
         assert np.array_equal(np.concatenate(got), expect[:n])
 

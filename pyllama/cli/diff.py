@@ -105,6 +105,16 @@ def _output_figure(ctx: click.Context, param: click.Parameter, value: str | None
     show_default=True,
     help="Run positions in blocks (each weight read once per block; the same report) or one at a time.",
 )
+@click.option(
+    "--cache/--no-cache",
+    "cache",
+    default=None,
+    help="Record A's run (a built-in plugin) the first time and replay it in later diffs of the same "
+    "model file, spec and probe: one forward per position instead of two, the same report. "
+    "Records live in $PYLLAMA_DIFF_CACHE (default ~/.cache/pyllama/diff-sides; 'off' turns them "
+    "off), at most $PYLLAMA_DIFF_CACHE_GIB GiB (default 8), the least recently used removed first. "
+    "Default: on unless PYLLAMA_DIFF_CACHE=off.",
+)
 def diff(
     a,
     b,
@@ -120,6 +130,7 @@ def diff(
     threads,
     progress,
     blocks,
+    cache,
 ):
     """Teacher-force one token sequence through attention plugins A and B and compare them.
 
@@ -156,7 +167,7 @@ def diff(
         source = probe_from_text(prompt, model.tokenizer, name="prompt")
     else:
         source = text_file or probe or "standard"
-    report = model.diff(a, b, probe=source, threads=threads, progress=progress, blocks=blocks)
+    report = model.diff(a, b, probe=source, threads=threads, progress=progress, blocks=blocks, cache=cache)
     click.echo(report.table())
     for path, write in ((json_path, report.to_json), (csv_path, report.to_csv), (plot_path, report.plot)):
         if path:

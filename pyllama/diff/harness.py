@@ -16,10 +16,16 @@ sides' rows per block (``_metrics.compare``), with exactly the values of ``metri
 
 A sequence longer than one plugin's ``max_positions`` is compared over the positions both hold,
 and the report says so.
+
+Side A, the reference, is recorded on disk when it is a built-in plugin of a model file, and a
+later diff with the same model file, spec and probe replays it instead of running it
+(:mod:`pyllama.diff.side_cache`, :class:`pyllama.diff.sides.ReplaySide`): the same report, one
+forward per position instead of two, and the live side takes the whole thread budget.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
@@ -27,94 +33,26 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pyllama.attention.base import Attention
-from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_label
+from pyllama.attention.guard import plugin_calls, plugin_label
 from pyllama.attention.registry import create_plugin
 from pyllama.diff import metrics
-from pyllama.diff._block import classify_block
-from pyllama.diff._metrics import RowSoftmax, compare
+from pyllama.diff._metrics import compare
 from pyllama.diff.probes import Probe, ProbeSource, load_probe
 from pyllama.diff.report import DiffReport, RecallRow, SegmentInfo
-from pyllama.diff.retrieval_scores import diff_rows, greedy_decode
+from pyllama.diff.retrieval_scores import diff_rows
+from pyllama.diff.side_cache import SideCache, builtin_spec, model_fingerprint, probe_fingerprint
+from pyllama.diff.sides import LiveSide, ReplaySide
 from pyllama.engine import Engine
-from pyllama.errors import InputError, PluginError, PyllamaError
+from pyllama.errors import InputError
 
 if TYPE_CHECKING:
     from pyllama.checkpoint.weights import Weights
     from pyllama.config import ModelConfig
     from pyllama.tokenizer.base import Tokenizer
 
-BLOCK = 64  # positions per block, at most: side A holds block x vocab float64 exps
-BLOCK_VALUES = 1 << 21  # so the block shrinks for large vocabularies (Qwen2's 151,936 -> 13 positions)
+BLOCK = 128  # positions per block, at most: side A holds block x vocab float64 exps
+BLOCK_VALUES = 1 << 22  # so the block shrinks for large vocabularies (Qwen2's 151,936 -> 27 positions)
 PROGRESS_MIN_POSITIONS = 2000  # show a progress bar (on a terminal) for probes at least this long
-
-
-class _Side:
-    """One engine with its block buffers. The engine skips its classifier; ``run`` applies it to the
-    whole block afterwards (``classify_block``: the same arithmetic, weights read once per block),
-    then the log-softmax of every row (``softmax``; ``keep_exps``: side A, whose probabilities KL
-    weighs with).
-
-    ``blocks``: the engine runs a block of positions at once (``Engine.forward_block``: the same bits
-    as one ``forward`` per position; the ledger of each position comes from ``set_ledger``); False:
-    one ``forward`` per position, asking ``memory_bytes()`` after each."""
-
-    def __init__(
-        self,
-        label: str,
-        engine: Engine,
-        block: int,
-        config: ModelConfig,
-        weights: Weights,
-        n_threads: int,
-        blocks: bool = True,
-        keep_exps: bool = True,
-    ) -> None:
-        self.label = label
-        self.engine = engine
-        self.classifier = weights.classifier
-        self.n_threads = n_threads
-        self.blocks = blocks
-        self.hidden = np.zeros((block, config.dim), dtype=np.float32)
-        self.logits = np.zeros((block, config.vocab_size), dtype=np.float32)
-        self.att = np.zeros((block, config.n_layers, config.q_dim), dtype=np.float32)
-        self.mem = np.zeros(block, dtype=np.int64)
-        self.bad_layer = np.full(block, -1, dtype=np.int32)  # the engine's nonfinite_layer per position
-        self.softmax = RowSoftmax(block, config.vocab_size, keep_exps)
-        if blocks:
-            engine.set_capture(self.att, self.hidden, logits=False)
-            engine.set_ledger(self.mem)
-        else:
-            self.capture = np.zeros((config.n_layers, config.q_dim), dtype=np.float32)
-            self.final = np.zeros(config.dim, dtype=np.float32)
-            engine.set_capture(self.capture, self.final, logits=False)
-
-    def run(self, tokens: np.ndarray, start: int, where: str) -> None:
-        m = tokens.shape[0]
-        self.at = f"position {start}" if m == 1 else f"positions {start}..{start + m - 1}"
-        try:
-            if self.blocks:
-                self.engine.forward_block(np.ascontiguousarray(tokens, dtype=np.int32), start)
-                self.bad_layer[:m] = self.engine.block_nonfinite_layers[:m]
-            else:
-                self._run_positions(tokens, start)
-        except PyllamaError:
-            raise
-        except Exception as exc:  # the plugin's failure (its attend or memory_bytes), in one line
-            raise PluginError(f"{self.label}: failed at {where} {self.at} ({type(exc).__name__}: {exc})") from exc
-        classify_block(self.classifier, self.hidden[:m], self.logits, self.n_threads)
-        self.softmax.compute(self.logits[:m], self.n_threads)  # here: the two sides run concurrently
-
-    def _run_positions(self, tokens: np.ndarray, start: int) -> None:
-        engine = self.engine
-        attention = engine.attention
-        for i in range(tokens.shape[0]):
-            pos = start + i
-            self.at = f"position {pos}"  # where a failure is reported (run's one wrapper)
-            engine.forward(int(tokens[i]), pos)
-            self.hidden[i] = self.final
-            self.att[i] = self.capture
-            self.bad_layer[i] = engine.nonfinite_layer
-            self.mem[i] = checked_memory_bytes(attention, self.label)
 
 
 def run_diff(
@@ -131,6 +69,8 @@ def run_diff(
     blocks: bool = True,
     name: str = "model",
     greedy: bool = True,
+    cache: bool | str | os.PathLike | SideCache | None = False,
+    model_file: str | os.PathLike | None = None,
 ) -> DiffReport:
     """Teacher-force ``probe`` through plugins ``a`` and ``b`` on one set of weights: a DiffReport.
 
@@ -139,7 +79,12 @@ def run_diff(
     one forward per position instead of blocks of ``block`` positions: the same report (timing
     aside), slower; for checking the block path. ``greedy``: on a retrieval probe, decode the greedy
     answer for real where a side's chain leaves the key (its prompt runs again; see
-    :mod:`pyllama.diff.retrieval_scores`)."""
+    :mod:`pyllama.diff.retrieval_scores`).
+
+    ``cache`` with ``model_file`` (the file ``weights`` were read from): replay a side whose
+    recorded run exists, and record side A when it is a built-in plugin (:mod:`pyllama.diff.side_cache`;
+    True: the default folder, a path: that folder, False: neither). The report is the same, bit
+    for bit; ``report.replayed`` names the sides that were replayed."""
     t_start = time.perf_counter()
     block = max(1, min(block, BLOCK_VALUES // config.vocab_size))
     if isinstance(a, Attention) and a is b:
@@ -147,29 +92,31 @@ def run_diff(
     pr = load_probe(probe, tokenizer, config.seq_len)
     _check_probe_ids(pr, config.vocab_size)
     total_threads = max(1, int(threads or 1))
-    concurrent = total_threads >= 2
-    per_engine = max(1, total_threads // 2) if concurrent else total_threads
-    sides = []
-    for spec in (a, b):
-        label, plugin = plugin_label(spec), create_plugin(spec)
-        with plugin_calls(label, "init"):
-            engine = Engine(config, weights, plugin, per_engine, max_block=block)
-        sides.append(_Side(label, engine, block, config, weights, per_engine, blocks, keep_exps=not sides))
+    store = SideCache.from_option(cache) if model_file is not None else None
+    keys = _record_keys(store, model_file, config, pr, a, b)
+    sides, concurrent = _make_sides(store, keys, pr, config, weights, (a, b), block, blocks, total_threads)
     seg_infos, notes = _segment_infos(pr, sides)
+    recording = _start_recording(store, keys[0], sides[0], pr, seg_infos, config)
     total = sum(s.compared for s in seg_infos)
     cols = _columns(total, config.n_layers)
     bar = _progress_bar(progress, total, sides)
     pool = ThreadPoolExecutor(max_workers=1) if concurrent else None
     try:
         offsets = _teacher_force(pr, seg_infos, sides, cols, pool, bar, total_threads)
+    except BaseException:
+        if recording is not None:
+            store.discard(recording)
+        raise
     finally:
         if bar is not None:
             bar.close()
         if pool is not None:
             pool.shutdown()
         for side in sides:
-            side.engine.set_capture()
-            side.engine.set_ledger()
+            side.release()
+    if recording is not None:
+        sides[0].recording = None
+        store.finish(recording, keys[0])
     retrieval = _retrieval_rows(pr, seg_infos, offsets, cols, sides, tokenizer, greedy)
     return DiffReport(
         a=sides[0].label,
@@ -184,13 +131,63 @@ def run_diff(
         rank_a=cols.pop("rank_a"),
         rank_b=cols.pop("rank_b"),
         notes=notes,
+        replayed=[s for s, side in zip("AB", sides, strict=True) if side.replayed],
         seconds=time.perf_counter() - t_start,
         threads=total_threads,
         **cols,
     )
 
 
-def _progress_bar(progress: bool | None, total: int, sides: list[_Side]):
+def _make_sides(store, keys, pr, config, weights, specs, block, blocks, total_threads):
+    """``(sides, concurrent)``: each side replayed from its record or run live. Two live sides run a
+    block concurrently with half the threads each (from 2 threads); one live side takes them all."""
+    shape = (config.n_layers, config.q_dim)
+    records = [store.open(k, _rows_of(pr), config.vocab_size, shape) if k else None for k in keys]
+    concurrent = total_threads >= 2 and records == [None, None]
+    per_engine = max(1, total_threads // 2) if concurrent else total_threads
+    sides: list[LiveSide | ReplaySide] = []
+    for spec, record in zip(specs, records, strict=True):
+        label = plugin_label(spec)
+        if record is not None:
+            sides.append(ReplaySide(label, spec, record, block, config, weights, per_engine, keep_exps=not sides))
+            continue
+        plugin = create_plugin(spec)
+        with plugin_calls(label, "init"):
+            engine = Engine(config, weights, plugin, per_engine, max_block=block)
+        sides.append(LiveSide(label, engine, block, config, weights, per_engine, blocks, keep_exps=not sides))
+    return sides, concurrent
+
+
+def _rows_of(pr: Probe):
+    """The rows per sequence that a side holding ``max_positions`` positions records."""
+    return lambda max_positions: [min(len(seg), max_positions) for seg in pr.segments]
+
+
+def _record_keys(store: SideCache | None, model_file, config: ModelConfig, pr: Probe, a, b) -> list[str | None]:
+    """Each side's record key: None when there is no cache, no model file or not a built-in plugin."""
+    model = model_fingerprint(model_file) if store is not None else None
+    if model is None:
+        return [None, None]
+    probe = probe_fingerprint([seg.tokens for seg in pr.segments])
+    specs = [builtin_spec(spec) for spec in (a, b)]
+    return [SideCache.key(model, spec, repr(config), probe) if spec else None for spec in specs]
+
+
+def _start_recording(store, key, side, pr: Probe, infos: list[SegmentInfo], config: ModelConfig):
+    """Side A records its run when it is live, has a key, and every sequence is compared over all
+    the positions it holds (a record holds each sequence up to the plugin's own limit)."""
+    if key is None or side.replayed:
+        return None
+    held = _rows_of(pr)(side.max_positions)
+    if any(info.compared != n for info, n in zip(infos, held, strict=True)):
+        return None
+    record = store.start(held, side.max_positions, config.vocab_size, (config.n_layers, config.q_dim))
+    if record is not None:
+        side.recording, side.record_offsets = record, record.offsets
+    return record
+
+
+def _progress_bar(progress: bool | None, total: int, sides: list[LiveSide | ReplaySide]):
     """A tqdm bar over the positions (None: none); ``progress`` None: only for long probes, on a terminal."""
     if not (progress if progress is not None else total >= PROGRESS_MIN_POSITIONS):
         return None
@@ -204,10 +201,7 @@ def _retrieval_rows(pr, seg_infos, offsets, cols, sides, tokenizer, greedy: bool
     """The retrieval probe rows of the report; ``greedy``: decode each side's answer where needed."""
     decoders = [None, None]
     if greedy:
-        decoders = [
-            lambda seg, e=side.engine: greedy_decode(e, seg.tokens[: seg.target.prompt], seg.target.length)
-            for side in sides
-        ]
+        decoders = [side.greedy for side in sides]
     return diff_rows(pr, [s.compared for s in seg_infos], offsets, cols, decoders, tokenizer)
 
 
@@ -221,9 +215,9 @@ def _check_probe_ids(pr: Probe, vocab_size: int) -> None:
             )
 
 
-def _segment_infos(pr: Probe, sides: list[_Side]) -> tuple[list[SegmentInfo], list[str]]:
+def _segment_infos(pr: Probe, sides: list[LiveSide | ReplaySide]) -> tuple[list[SegmentInfo], list[str]]:
     """Each segment is compared over the positions both plugins hold; the notes say where that is shorter."""
-    held = [(side.label, side.engine.max_positions) for side in sides]
+    held = [(side.label, side.max_positions) for side in sides]
     notes: list[str] = []
     infos: list[SegmentInfo] = []
     for seg in pr.segments:
@@ -264,25 +258,25 @@ def _columns(total: int, n_layers: int) -> dict[str, np.ndarray]:
 def _teacher_force(pr, seg_infos, sides, cols, pool, bar, n_threads: int) -> list[int]:
     """Every segment through both sides, block by block, into ``cols``; the first row of each segment."""
     side_a, side_b = sides
-    block = side_a.mem.shape[0]
+    block = side_a.block
     row = 0
     offsets = []
     for si, (seg, info) in enumerate(zip(pr.segments, seg_infos, strict=True)):
         offsets.append(row)
-        side_a.engine.reset()
-        side_b.engine.reset()
+        side_a.reset()
+        side_b.reset()
         for c0 in range(0, info.compared, block):
             c1 = min(info.compared, c0 + block)
             m = c1 - c0
             toks = seg.tokens[c0:c1]
             where = f"{pr.name}/{seg.name}"
             if pool is not None:
-                fut = pool.submit(side_b.run, toks, c0, where)
-                side_a.run(toks, c0, where)
+                fut = pool.submit(side_b.run, toks, c0, where, si)
+                side_a.run(toks, c0, where, si)
                 fut.result()
             else:
-                side_a.run(toks, c0, where)
-                side_b.run(toks, c0, where)
+                side_a.run(toks, c0, where, si)
+                side_b.run(toks, c0, where, si)
             nxt = np.full(m, -1, dtype=np.int32)
             avail = min(c1 + 1, len(seg)) - (c0 + 1)
             nxt[:avail] = seg.tokens[c0 + 1 : c0 + 1 + avail]
@@ -298,7 +292,14 @@ def _teacher_force(pr, seg_infos, sides, cols, pool, bar, n_threads: int) -> lis
     return offsets
 
 
-def _compare(cols: dict[str, np.ndarray], r: slice, side_a: _Side, side_b: _Side, nxt: np.ndarray, n_threads) -> None:
+def _compare(
+    cols: dict[str, np.ndarray],
+    r: slice,
+    side_a: LiveSide | ReplaySide,
+    side_b: LiveSide | ReplaySide,
+    nxt: np.ndarray,
+    n_threads,
+) -> None:
     """The metrics of one block of positions (rows ``r``), from both sides' buffers: what
     metrics.max_abs_diff, kl_divergence, top1, teacher_logprob and teacher_rank give, in one pass."""
     m = r.stop - r.start

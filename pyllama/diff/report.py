@@ -86,6 +86,7 @@ class DiffReport:
     rank_b: np.ndarray | None = None
     retrieval: list[RetrievalRow] = field(default_factory=list)  # passkey / needle / copy sequences
     notes: list[str] = field(default_factory=list)
+    replayed: list[str] = field(default_factory=list)  # "A"/"B": sides replayed from a recorded run
     seconds: float = 0.0
     threads: int = 1
 

@@ -24,6 +24,7 @@ def report_table(report: DiffReport) -> str:
     out = [
         f"diff {report.a} (A) vs {report.b} (B) on {report.model}, probe {report.probe}: "
         f"{len(report.segments)} sequences, {report.n_positions:,} positions, {report.seconds:.2f} s"
+        + "".join(f"; {side} replayed from its recorded run" for side in report.replayed)
     ]
     out += [f"note: {n}" for n in report.notes]
     if report.n_positions == 0:

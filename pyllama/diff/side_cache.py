@@ -1,0 +1,232 @@
+"""Recorded diff sides: one plugin's per-position outputs over one probe on one model file, kept on
+disk and replayed by later diffs.
+
+A study compares many plugins against one reference (``causal``), and every one of those diffs
+would run the reference again. Everything a diff takes from a side (the float32 logits, each
+layer's attention output, the per-position ledger, where NaN/Inf first appeared) depends only on
+the model file, the engine's arithmetic, the plugin spec and the probe's tokens. It does not
+depend on the thread count or the block size: the engine gives the same bits for all of them (the
+block and thread tests check it). So side A, the reference of a diff, is recorded the first time
+and replayed afterwards: the report is the same bit for bit (the tests compare every column), and
+the diff runs one forward per position instead of two.
+
+A record is keyed on:
+- the model file's real path, size and modification time (weights changed in memory after loading
+  are not seen: pass ``cache=False`` for those);
+- the engine: pyllama's version and the size and modification time of every compiled module, so
+  a rebuilt kernel never replays an old record;
+- the plugin: built-in plugins only, by canonical spec (a plugin from a file or an entry point can
+  change without its spec changing);
+- the probe: a hash of every sequence's token ids.
+
+Layout: ``<folder>/<key>/`` holds ``logits.npy``, ``att.npy``, ``mem.npy``, ``bad.npy`` and
+``meta.json``, written in a temporary folder and renamed, so a record is whole or absent. Past the
+size limit the least recently used records are removed; a record over half the limit is not kept.
+The folder is ``$PYLLAMA_DIFF_CACHE``, else ``<download cache>/diff-sides`` (``$PYLLAMA_CACHE``,
+default ``~/.cache/pyllama``); ``PYLLAMA_DIFF_CACHE=off`` turns recording and replay off by
+default. The limit is ``$PYLLAMA_DIFF_CACHE_GIB`` (default 8).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = 1
+CACHE_ENV = "PYLLAMA_DIFF_CACHE"
+LIMIT_ENV = "PYLLAMA_DIFF_CACHE_GIB"
+DEFAULT_GIB = 8.0
+ARRAYS = ("logits", "att", "mem", "bad")
+STALE_SECONDS = 86400  # a record still being written after a day was abandoned
+
+
+@lru_cache(maxsize=1)
+def engine_fingerprint() -> str:
+    """pyllama's version and the size and mtime of every compiled module (a rebuild changes it)."""
+    import pyllama
+
+    root = Path(pyllama.__file__).parent
+    parts = [pyllama.__version__]
+    for path in sorted(root.rglob("*.so")) + sorted(root.rglob("*.pyd")):
+        st = path.stat()
+        parts.append(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def model_fingerprint(path: str | os.PathLike) -> str | None:
+    """The model file's real path, size and mtime; None when there is no such file."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except (OSError, TypeError, ValueError):
+        return None
+    return f"{real}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def builtin_spec(spec: object) -> str | None:
+    """The canonical spec of a built-in plugin (None: ``causal``); None for anything else."""
+    from pyllama.attention.registry import BUILTINS, _registered, resolve_spec
+    from pyllama.attention.spec import split_spec
+
+    if spec is None:
+        spec = "causal"
+    if not isinstance(spec, str):
+        return None
+    try:
+        name, file_class, _ = split_spec(spec)
+        if file_class is not None or name not in BUILTINS or _registered.get(name, (None, "built-in"))[1] != "built-in":
+            return None
+        return resolve_spec(spec)[2]
+    except Exception:  # a bad spec is reported by the diff itself, with its own message
+        return None
+
+
+def probe_fingerprint(segments: Sequence[np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for tokens in segments:
+        ids = np.ascontiguousarray(tokens, dtype=np.int32)
+        h.update(len(ids).to_bytes(8, "little"))
+        h.update(ids.tobytes())
+    return h.hexdigest()
+
+
+@dataclass
+class SideRecord:
+    """One recorded side: rows ``offsets[s] + i`` hold position i of sequence s (i < held[s])."""
+
+    logits: np.ndarray  # float32 [rows, vocab]
+    att: np.ndarray  # float32 [rows, n_layers, q_dim]
+    mem: np.ndarray  # int64 [rows]: memory_bytes() after each position
+    bad: np.ndarray  # int32 [rows]: the engine's first non-finite layer, -1 none
+    max_positions: int
+    held: list[int]
+    folder: Path | None = None
+
+    @property
+    def offsets(self) -> list[int]:
+        return np.concatenate([[0], np.cumsum(self.held)[:-1]]).astype(int).tolist() if self.held else []
+
+
+class SideCache:
+    """The folder of recorded sides, at most ``max_bytes`` in all."""
+
+    def __init__(self, folder: str | os.PathLike, max_bytes: int | None = None) -> None:
+        self.folder = Path(folder).expanduser()
+        if max_bytes is None:
+            max_bytes = int(float(os.environ.get(LIMIT_ENV) or DEFAULT_GIB) * 2**30)
+        self.max_bytes = int(max_bytes)
+
+    @classmethod
+    def from_option(cls, option: bool | str | os.PathLike | SideCache | None) -> SideCache | None:
+        """None: ``$PYLLAMA_DIFF_CACHE``'s folder, else the default one, or none when it says
+        ``off``; True: the same, but a folder even then; False: none; a path: that folder."""
+        if isinstance(option, SideCache):
+            return option
+        if option is False:
+            return None
+        if option is None or option is True:
+            env = os.environ.get(CACHE_ENV, "")
+            off = env.lower() in ("off", "0", "no", "false")
+            if off and option is None:
+                return None
+            if env and not off:
+                return cls(env)
+            from pyllama.hub import cache_dir
+
+            return cls(cache_dir() / "diff-sides")
+        return cls(option)
+
+    @staticmethod
+    def key(model: str, spec: str, config_text: str, probe: str) -> str:
+        text = json.dumps([FORMAT, engine_fingerprint(), model, spec, config_text, probe])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def open(self, key: str, rows_of, vocab: int, att_shape: tuple[int, int]) -> SideRecord | None:
+        """The record under ``key`` (its arrays memory-mapped), or None; a damaged one is removed.
+        ``rows_of(max_positions)``: the rows per sequence that a side holding that many positions has."""
+        folder = self.folder / key
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+            arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
+            held = [int(n) for n in meta["held"]]
+            rows = sum(held)
+            ok = (
+                held == rows_of(int(meta["max_positions"]))
+                and arrays["logits"].shape == (rows, vocab)
+                and arrays["att"].shape == (rows, *att_shape)
+                and arrays["mem"].shape == (rows,)
+                and arrays["bad"].shape == (rows,)
+            )
+        except FileNotFoundError:
+            return None
+        except Exception:
+            ok = False
+        if not ok:
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        os.utime(folder / "meta.json")  # least recently used goes first
+        return SideRecord(**arrays, max_positions=int(meta["max_positions"]), held=held, folder=folder)
+
+    def start(self, held: list[int], max_positions: int, vocab: int, att_shape: tuple[int, int]) -> SideRecord | None:
+        """A new record being written (in a temporary folder), or None when it would be over half the limit."""
+        rows = sum(held)
+        size = rows * (vocab * 4 + att_shape[0] * att_shape[1] * 4 + 8 + 4)
+        if rows == 0 or size > self.max_bytes // 2:
+            return None
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".writing-", dir=self.folder))
+            shapes = {"logits": (rows, vocab), "att": (rows, *att_shape), "mem": (rows,), "bad": (rows,)}
+            dtypes = {"logits": np.float32, "att": np.float32, "mem": np.int64, "bad": np.int32}
+            arrays = {
+                name: np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=dtypes[name], shape=shapes[name])
+                for name in ARRAYS
+            }
+        except OSError:
+            return None  # an unwritable cache costs the replay, not the diff
+        return SideRecord(**arrays, max_positions=max_positions, held=held, folder=tmp)
+
+    def finish(self, record: SideRecord, key: str) -> None:
+        """Flush a written record and put it under ``key``; then keep the folder under the limit."""
+        tmp = record.folder
+        try:
+            for name in ARRAYS:
+                getattr(record, name).flush()
+            meta = {"format": FORMAT, "max_positions": record.max_positions, "held": record.held}
+            (tmp / "meta.json").write_text(json.dumps(meta))
+            os.rename(tmp, self.folder / key)
+        except OSError:  # another process put the same record there first, or the disk is full
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        self._trim()
+
+    @staticmethod
+    def discard(record: SideRecord) -> None:
+        shutil.rmtree(record.folder, ignore_errors=True)
+
+    def _trim(self) -> None:
+        entries = []
+        for folder in self.folder.iterdir():
+            meta = folder / "meta.json"
+            if folder.name.startswith(".writing-") and time.time() - folder.stat().st_mtime > STALE_SECONDS:
+                shutil.rmtree(folder, ignore_errors=True)  # left by a diff that was killed while recording
+            if folder.name.startswith(".") or not meta.exists():
+                continue
+            size = sum(f.stat().st_size for f in folder.iterdir())
+            entries.append((meta.stat().st_mtime_ns, size, folder))
+        total = sum(size for _, size, _ in entries)
+        for _, size, folder in sorted(entries):
+            if total <= self.max_bytes:
+                break
+            shutil.rmtree(folder, ignore_errors=True)
+            total -= size

@@ -1,0 +1,179 @@
+"""The two sides of a diff: a plugin run live on an engine, or a recorded run replayed.
+
+Either side fills, for a block of positions of one sequence, the same buffers that the harness
+compares: ``logits`` [m, vocab], ``att`` [m, n_layers, q_dim], ``mem`` [m], ``bad_layer`` [m], and
+the log-softmax constants of its rows (``softmax``; ``keep_exps``: side A, whose probabilities KL
+weighs with). A live side may also write what it computed into a record being made
+(:mod:`pyllama.diff.side_cache`), which a later diff replays instead of running the plugin.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pyllama.attention.base import Attention
+from pyllama.attention.guard import checked_memory_bytes, plugin_calls
+from pyllama.attention.registry import create_plugin
+from pyllama.diff._block import classify_block
+from pyllama.diff._metrics import RowSoftmax
+from pyllama.diff.retrieval_scores import greedy_decode
+from pyllama.engine import Engine
+from pyllama.errors import PluginError, PyllamaError
+
+if TYPE_CHECKING:
+    from pyllama.checkpoint.weights import Weights
+    from pyllama.config import ModelConfig
+    from pyllama.diff.probes import Segment
+    from pyllama.diff.side_cache import SideRecord
+
+
+class LiveSide:
+    """One engine with its block buffers. The engine skips its classifier; ``run`` applies it to the
+    whole block afterwards (``classify_block``: the same arithmetic, weights read once per block),
+    then the log-softmax of every row.
+
+    ``blocks``: the engine runs a block of positions at once (``Engine.forward_block``: the same bits
+    as one ``forward`` per position; the ledger of each position comes from ``set_ledger``); False:
+    one ``forward`` per position, asking ``memory_bytes()`` after each. ``recording``: a record being
+    made, whose rows this side fills as it goes (``record_offsets``: each sequence's first row)."""
+
+    replayed = False
+
+    def __init__(
+        self,
+        label: str,
+        engine: Engine,
+        block: int,
+        config: ModelConfig,
+        weights: Weights,
+        n_threads: int,
+        blocks: bool = True,
+        keep_exps: bool = True,
+    ) -> None:
+        self.label = label
+        self.engine = engine
+        self.classifier = weights.classifier
+        self.n_threads = n_threads
+        self.blocks = blocks
+        self.block = block
+        self.recording: SideRecord | None = None
+        self.record_offsets: list[int] = []
+        self.hidden = np.zeros((block, config.dim), dtype=np.float32)
+        self.logits = np.zeros((block, config.vocab_size), dtype=np.float32)
+        self.att = np.zeros((block, config.n_layers, config.q_dim), dtype=np.float32)
+        self.mem = np.zeros(block, dtype=np.int64)
+        self.bad_layer = np.full(block, -1, dtype=np.int32)  # the engine's nonfinite_layer per position
+        self.softmax = RowSoftmax(block, config.vocab_size, keep_exps)
+        if blocks:
+            engine.set_capture(self.att, self.hidden, logits=False)
+            engine.set_ledger(self.mem)
+        else:
+            self.capture = np.zeros((config.n_layers, config.q_dim), dtype=np.float32)
+            self.final = np.zeros(config.dim, dtype=np.float32)
+            engine.set_capture(self.capture, self.final, logits=False)
+
+    @property
+    def max_positions(self) -> int:
+        return self.engine.max_positions
+
+    def reset(self) -> None:
+        self.engine.reset()
+
+    def release(self) -> None:
+        self.engine.set_capture()
+        self.engine.set_ledger()
+
+    def greedy(self, seg: Segment) -> list[int]:
+        return greedy_decode(self.engine, seg.tokens[: seg.target.prompt], seg.target.length)
+
+    def run(self, tokens: np.ndarray, start: int, where: str, seq: int) -> None:
+        """Positions ``start..`` of sequence ``seq`` (``tokens``) into the buffers."""
+        m = tokens.shape[0]
+        self.at = f"position {start}" if m == 1 else f"positions {start}..{start + m - 1}"
+        try:
+            if self.blocks:
+                self.engine.forward_block(np.ascontiguousarray(tokens, dtype=np.int32), start)
+                self.bad_layer[:m] = self.engine.block_nonfinite_layers[:m]
+            else:
+                self._run_positions(tokens, start)
+        except PyllamaError:
+            raise
+        except Exception as exc:  # the plugin's failure (its attend or memory_bytes), in one line
+            raise PluginError(f"{self.label}: failed at {where} {self.at} ({type(exc).__name__}: {exc})") from exc
+        classify_block(self.classifier, self.hidden[:m], self.logits, self.n_threads)
+        self.softmax.compute(self.logits[:m], self.n_threads)  # here: the two sides run concurrently
+        rec = self.recording
+        if rec is not None:
+            r = slice(self.record_offsets[seq] + start, self.record_offsets[seq] + start + m)
+            rec.logits[r] = self.logits[:m]
+            rec.att[r] = self.att[:m]
+            rec.mem[r] = self.mem[:m]
+            rec.bad[r] = self.bad_layer[:m]
+
+    def _run_positions(self, tokens: np.ndarray, start: int) -> None:
+        engine = self.engine
+        attention = engine.attention
+        for i in range(tokens.shape[0]):
+            pos = start + i
+            self.at = f"position {pos}"  # where a failure is reported (run's one wrapper)
+            engine.forward(int(tokens[i]), pos)
+            self.hidden[i] = self.final
+            self.att[i] = self.capture
+            self.bad_layer[i] = engine.nonfinite_layer
+            self.mem[i] = checked_memory_bytes(attention, self.label)
+
+
+class ReplaySide:
+    """A recorded run of a plugin: ``run`` points the buffers at the record's rows (memory-mapped,
+    read-only) and computes their log-softmax. An engine is made only if a retrieval probe needs
+    the plugin's greedy answer."""
+
+    replayed = True
+
+    def __init__(
+        self,
+        label: str,
+        spec: str | Attention | None,
+        record: SideRecord,
+        block: int,
+        config: ModelConfig,
+        weights: Weights,
+        n_threads: int,
+        keep_exps: bool = True,
+    ) -> None:
+        self.label = label
+        self.spec = spec
+        self.record = record
+        self.offsets = record.offsets
+        self.config, self.weights, self.n_threads, self.block = config, weights, n_threads, block
+        self.softmax = RowSoftmax(block, config.vocab_size, keep_exps)
+        self.logits = record.logits[:0]
+        self.att = record.att[:0]
+        self.mem = record.mem[:0]
+        self.bad_layer = record.bad[:0]
+        self._engine: Engine | None = None
+
+    @property
+    def max_positions(self) -> int:
+        return self.record.max_positions
+
+    def reset(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def greedy(self, seg: Segment) -> list[int]:
+        if self._engine is None:
+            plugin = create_plugin(self.spec)
+            with plugin_calls(self.label, "init"):
+                self._engine = Engine(self.config, self.weights, plugin, self.n_threads, max_block=self.block)
+        return greedy_decode(self._engine, seg.tokens[: seg.target.prompt], seg.target.length)
+
+    def run(self, tokens: np.ndarray, start: int, where: str, seq: int) -> None:
+        r = slice(self.offsets[seq] + start, self.offsets[seq] + start + tokens.shape[0])
+        rec = self.record
+        self.logits, self.att, self.mem, self.bad_layer = rec.logits[r], rec.att[r], rec.mem[r], rec.bad[r]
+        self.softmax.compute(self.logits, self.n_threads)
