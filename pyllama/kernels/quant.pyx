@@ -14,10 +14,12 @@
   per ``group_size`` values; the activation is quantised the way ``runq.c`` does it (scale = max|x|
   / 127, round half away from zero) and each group is an integer dot scaled by both scales.
 
-F16 rows are ``f16.pyx``'s. The Q8_0 row kernel is C in the verbatim block below, with x86 intrinsics
-(AVX2 + FMA, VNNI when present) and a plain C path that computes the same lanes in the same order: written as
-Cython loops over ``float acc[16]`` with a conversion call, gcc left them scalar (checked with
-``objdump``), and auto-vectorised int8 code came out as shuffles. Every matvec splits rows across
+F16 rows are ``f16.pyx``'s. The Q8_0 row kernel and the block tiles are C in ``q8_0.h``, with x86
+intrinsics (AVX2 + FMA, VNNI when present: then a block tile of 4 rows that takes the activation as
+x + 128 and gets the same int32 lanes from one vpdpbusd per row and position) and a plain C path
+that computes the same lanes in the same order: written as Cython loops over ``float acc[16]`` with
+a conversion call, gcc left them scalar (checked with ``objdump``), and auto-vectorised int8 code
+came out as shuffles. Every matvec splits rows across
 OpenMP threads with a static schedule; a row is computed by one thread with fixed arithmetic, so
 results are bit-identical for any thread count.
 """
@@ -31,162 +33,7 @@ import numpy as np
 from pyllama.kernels.matvec cimport QTYPE_F32, QTYPE_F16, QTYPE_Q8_0, QTYPE_Q8_GROUPS
 from pyllama.kernels.threads cimport team_barrier, team_size
 
-cdef extern from *:
-    """
-    #include <math.h>
-    #include <stddef.h>
-    #include <stdint.h>
-    #include <string.h>
-    #if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
-    #include <immintrin.h>
-    #endif
-
-    /* Weights are streamed from a memory-mapped file in 4 KiB pages, where the hardware prefetchers
-       stop at every page boundary; asking for the bytes one page ahead keeps the stream going
-       (measured on stories110M Q8_0: 1.5-1.8x faster decode). Prefetches never fault and do not
-       change any result. */
-    #define PYLLAMA_PREFETCH_AHEAD 4096
-    #if defined(__GNUC__)
-    #define pyllama_prefetch(p) __builtin_prefetch((const void*)(p), 0, 3)
-    #else
-    #define pyllama_prefetch(p) ((void)0)
-    #endif
-
-    #include "halfbits.h"  /* pyllama_half_to_float, pyllama_float_to_half */
-
-    /* ---- Q8_0 row times the Q8_0-quantised activation ----
-       A block is fp16 d then 32 int8. Per block, 8 int32 lanes: lane l = sum_k w[4l+k] x[4l+k]
-       (k < 4), exact. Each lane is converted to float and fused-multiply-added with d_w * d_x into
-       one accumulator, block after block, which is reduced in a fixed order at the end.
-       AVX2: the integer dot is |w| (unsigned) times
-       sign(w)·x with maddubs + madd, or one vpdpbusd with VNNI; exact because |x| <= 127. The plain C
-       path computes the same lanes. */
-    static inline float pyllama_reduce8(const float* a8) {
-        return ((a8[0] + a8[4]) + (a8[2] + a8[6])) + ((a8[1] + a8[5]) + (a8[3] + a8[7]));
-    }
-
-    #if defined(__AVX2__) && defined(__FMA__)
-    /* the 8 lanes of one block from |w| (aw, unsigned bytes) and w: |w| times sign(w)·x */
-    static inline __m256i pyllama_lanes_abs_i8(__m256i aw, __m256i w, __m256i x) {
-        const __m256i sx = _mm256_sign_epi8(x, w);  /* x * sign(w): |x| <= 127 never overflows */
-    #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-        return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
-    #elif defined(__AVXVNNI__)
-        return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, sx);
-    #else
-        /* byte pairs to int16: |sum| <= 2 * 128 * 127 < 32767, so maddubs never saturates */
-        return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
-    #endif
-    }
-
-    static inline __m256i pyllama_dot4_i8(const uint8_t* wq, const int8_t* xq) {
-        const __m256i w = _mm256_loadu_si256((const __m256i*)wq);
-        const __m256i x = _mm256_loadu_si256((const __m256i*)xq);
-        return pyllama_lanes_abs_i8(_mm256_abs_epi8(w), w, x);  /* |w|: -128 gives 128, exact */
-    }
-    #endif
-
-    static inline float pyllama_q8_0_scale(const uint8_t* blk, const float* xs, ptrdiff_t b) {
-        uint16_t dh;
-        memcpy(&dh, blk, sizeof dh);
-        return pyllama_half_to_float(dh) * xs[b];
-    }
-
-    static inline float pyllama_dot_q8_0(const uint8_t* w, const int8_t* xq, const float* xs, ptrdiff_t n_blocks) {
-        float acc[8];
-    #if defined(__AVX2__) && defined(__FMA__)
-        __m256 vacc = _mm256_setzero_ps();
-        for (ptrdiff_t b = 0; b < n_blocks; b++) {
-            const uint8_t* blk = w + 34 * b;
-            if ((b & 1) == 0) {
-                pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
-                pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
-            }
-            const __m256i s = pyllama_dot4_i8(blk + 2, xq + 32 * b);
-            vacc = _mm256_fmadd_ps(_mm256_set1_ps(pyllama_q8_0_scale(blk, xs, b)), _mm256_cvtepi32_ps(s), vacc);
-        }
-        _mm256_storeu_ps(acc, vacc);
-    #else
-        for (int l = 0; l < 8; l++) acc[l] = 0.0f;
-        for (ptrdiff_t b = 0; b < n_blocks; b++) {
-            const uint8_t* blk = w + 34 * b;
-            if ((b & 1) == 0) {
-                pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
-                pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
-            }
-            const int8_t* wq = (const int8_t*)(blk + 2);
-            const int8_t* xb = xq + 32 * b;
-            const float d = pyllama_q8_0_scale(blk, xs, b);
-            for (int l = 0; l < 8; l++) {
-                int32_t s = 0;
-                for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * (int32_t)xb[4 * l + k];
-                acc[l] = fmaf(d, (float)s, acc[l]);
-            }
-        }
-    #endif
-        return pyllama_reduce8(acc);
-    }
-
-    /* Rows r0 and r0 + 1 (w, w + row_bytes) times positions p < 4 (xq + p * cols, xs + p * n_blocks):
-       out[p * out_stride + r] for r < 2, each element exactly pyllama_dot_q8_0's computation (its lanes,
-       its float product d_w * d_x, its fma per block in block order, its reduction), so a tile gives the
-       bits of eight separate dots. The tile loads each weight block and its |w| once for four
-       positions and each activation block once for both rows, and keeps the eight accumulators in
-       registers: a block of positions multiplies at the speed of the arithmetic, not of the loads.
-       xst holds the four positions' activation scales side by side per block (xst[4 b + p] =
-       xs[p * n_blocks + b]): the eight products d_w * d_x of a block are two 4-wide multiplies, stored
-       and read back as broadcasts from memory (load ports), where one scalar multiply and one
-       register broadcast per element took two of the vector pipes that the integer products and the
-       FMAs share. The same IEEE products, so the same bits. */
-    static inline void pyllama_q8_0_tile_2x4(const uint8_t* w, ptrdiff_t row_bytes, const int8_t* xq,
-                                             const float* xs, const float* xst, ptrdiff_t cols, ptrdiff_t n_blocks,
-                                             float* out, ptrdiff_t out_stride) {
-    #if defined(__AVX2__) && defined(__FMA__)
-        __m256 acc[2][4];
-        for (int r = 0; r < 2; r++)
-            for (int p = 0; p < 4; p++) acc[r][p] = _mm256_setzero_ps();
-        for (ptrdiff_t b = 0; b < n_blocks; b++) {
-            const uint8_t* blk0 = w + 34 * b;
-            const uint8_t* blk1 = blk0 + row_bytes;
-            if ((b & 1) == 0) {
-                pyllama_prefetch(blk0 + PYLLAMA_PREFETCH_AHEAD);
-                pyllama_prefetch(blk1 + PYLLAMA_PREFETCH_AHEAD);
-            }
-            uint16_t h0, h1;
-            memcpy(&h0, blk0, sizeof h0);
-            memcpy(&h1, blk1, sizeof h1);
-            const __m128 dx4 = _mm_loadu_ps(xst + 4 * b);
-            float d[8] __attribute__((aligned(32)));  /* d[4 r + p] = d_w(r) * d_x(p) */
-            _mm_store_ps(d, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h0)), dx4));
-            _mm_store_ps(d + 4, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h1)), dx4));
-            /* read d back from memory: gcc would otherwise forward the stores as register shuffles */
-            __asm__("" : : "r"(d) : "memory");
-            const __m256i w0 = _mm256_loadu_si256((const __m256i*)(blk0 + 2));
-            const __m256i w1 = _mm256_loadu_si256((const __m256i*)(blk1 + 2));
-            const __m256i aw0 = _mm256_abs_epi8(w0), aw1 = _mm256_abs_epi8(w1);
-            for (int p = 0; p < 4; p++) {
-                const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + p * cols + 32 * b));
-                acc[0][p] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + p),
-                                            _mm256_cvtepi32_ps(pyllama_lanes_abs_i8(aw0, w0, x)), acc[0][p]);
-                acc[1][p] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + 4 + p),
-                                            _mm256_cvtepi32_ps(pyllama_lanes_abs_i8(aw1, w1, x)), acc[1][p]);
-            }
-        }
-        float a8[8];
-        for (int r = 0; r < 2; r++)
-            for (int p = 0; p < 4; p++) {
-                _mm256_storeu_ps(a8, acc[r][p]);
-                out[p * out_stride + r] = pyllama_reduce8(a8);
-            }
-    #else
-        (void)xst;
-        for (int r = 0; r < 2; r++)
-            for (int p = 0; p < 4; p++)
-                out[p * out_stride + r] = pyllama_dot_q8_0(w + r * row_bytes, xq + p * cols, xs + p * n_blocks,
-                                                           n_blocks);
-    #endif
-    }
-    """
+cdef extern from "q8_0.h":
     float half_to_float "pyllama_half_to_float"(uint16_t h) noexcept nogil
     uint16_t float_to_half "pyllama_float_to_half"(float x) noexcept nogil
     float dot_q8_0 "pyllama_dot_q8_0"(const uint8_t* w, const signed char* xq, const float* xs,
@@ -194,6 +41,12 @@ cdef extern from *:
     void q8_0_tile_2x4 "pyllama_q8_0_tile_2x4"(const uint8_t* w, Py_ssize_t row_bytes, const signed char* xq,
                                                const float* xs, const float* xst, Py_ssize_t cols,
                                                Py_ssize_t n_blocks, float* out, Py_ssize_t out_stride) noexcept nogil
+    void q8_0_tile_u "pyllama_q8_0_tile_u"(const uint8_t* w, Py_ssize_t row_bytes, const signed char* xu,
+                                           const float* xst, Py_ssize_t cols, Py_ssize_t n_blocks, float* out,
+                                           Py_ssize_t out_stride, int R) noexcept nogil
+    void q8_0_unsign "pyllama_q8_0_unsign"(signed char* q, Py_ssize_t n) noexcept nogil
+    bint UNSIGNED_TILE "PYLLAMA_Q8_0_UNSIGNED_TILE"
+    int UNIT_ROWS "PYLLAMA_Q8_0_UNIT_ROWS"  # rows per unit of the block product: 4 with the unsigned tile
 
 DEF QK8_0 = 32          # values per Q8_0 block
 DEF Q8_0_BYTES = 34     # fp16 scale + 32 int8
@@ -280,8 +133,9 @@ cdef inline void q8_0_row_pair(float* out, const uint8_t* w, Py_ssize_t row_byte
 cdef inline void quantize_position_q8_0(const float* x, Py_ssize_t p, Py_ssize_t n_pos, Py_ssize_t cols,
                                         QuantScratch* scratch) noexcept nogil:
     """Position p quantised as matvec_q8_0 does it (into row p of the scratch) and, in a whole tile of
-    4 positions, its scales also side by side with the tile's others after all the rows (q8_0_tile_2x4
-    reads 4 per block). Positions are independent: any thread may take any of them."""
+    4 positions, its scales also side by side with the tile's others after all the rows (the tile
+    reads 4 per block) and, for the VNNI tile, its int8 values stored as x + 128. Positions are
+    independent: any thread may take any of them."""
     cdef Py_ssize_t n_blocks = cols // QK8_0
     cdef Py_ssize_t b
     cdef float* side_by_side = scratch.scales + n_pos * n_blocks  # room: the scratch holds cols * n_pos
@@ -289,6 +143,8 @@ cdef inline void quantize_position_q8_0(const float* x, Py_ssize_t p, Py_ssize_t
     if p < n_pos - n_pos % 4:
         for b in range(n_blocks):
             side_by_side[(p - p % 4) * n_blocks + 4 * b + p % 4] = scratch.scales[p * n_blocks + b]
+        if UNSIGNED_TILE:
+            q8_0_unsign(scratch.q + p * cols, cols)  # only the tile reads a whole tile's positions
 
 
 cdef void matmul_q8_0(float* out, const Matrix* m, const float* x, Py_ssize_t n_pos, QuantScratch* scratch,
@@ -307,7 +163,7 @@ cdef void matmul_q8_0_many(int count, float** outs, const Matrix** ms, const flo
     cdef Py_ssize_t cols = ms[0].cols
     cdef Py_ssize_t n_blocks = cols // QK8_0
     cdef Py_ssize_t first[MAX_MANY + 1]
-    cdef Py_ssize_t t, n_pairs = number_units(first, ms, count, 2)
+    cdef Py_ssize_t t, n_units = number_units(first, ms, count, UNIT_ROWS)
     cdef long long work = 0
     cdef int k
     cdef Py_ssize_t p
@@ -316,8 +172,8 @@ cdef void matmul_q8_0_many(int count, float** outs, const Matrix** ms, const flo
     if team_size(n_threads, work) == 1:
         for p in range(n_pos):
             quantize_position_q8_0(x, p, n_pos, cols, scratch)
-        for t in range(n_pairs):
-            q8_0_pair_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
+        for t in range(n_units):
+            q8_0_unit_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
         return
     # one team for both loops: the positions are quantised by the team (a prompt block's quantisation
     # on one thread had the other waiting, 2% of a 15M prompt at 2 threads), then, once all are,
@@ -326,17 +182,40 @@ cdef void matmul_q8_0_many(int count, float** outs, const Matrix** ms, const flo
         for p in prange(n_pos, schedule="static"):
             quantize_position_q8_0(x, p, n_pos, cols, scratch)
         team_barrier()
-        for t in prange(n_pairs, schedule="static"):
-            q8_0_pair_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
+        for t in prange(n_units, schedule="static"):
+            q8_0_unit_of(outs, ms, first, count, t, scratch, cols, n_blocks, n_pos)
 
 
-cdef inline void q8_0_pair_of(float** outs, const Matrix** ms, const Py_ssize_t* first, int count, Py_ssize_t t,
+cdef inline void q8_0_unit_of(float** outs, const Matrix** ms, const Py_ssize_t* first, int count, Py_ssize_t t,
                               const QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_blocks,
                               Py_ssize_t n_pos) noexcept nogil:
-    """Row pair t of the matrices taken one after another."""
+    """Unit t (UNIT_ROWS rows) of the matrices taken one after another."""
     cdef int k = matrix_of_unit(first, count, t)
-    q8_0_row_pair(outs[k], <const uint8_t*>ms[k].data, n_blocks * Q8_0_BYTES, 2 * (t - first[k]), ms[k].rows,
-                  scratch, cols, n_blocks, n_pos)
+    cdef Py_ssize_t i = UNIT_ROWS * (t - first[k])
+    if UNSIGNED_TILE:
+        q8_0_row_quad(outs[k], <const uint8_t*>ms[k].data, n_blocks * Q8_0_BYTES, i, ms[k].rows, scratch, cols,
+                      n_blocks, n_pos)
+    else:
+        q8_0_row_pair(outs[k], <const uint8_t*>ms[k].data, n_blocks * Q8_0_BYTES, i, ms[k].rows, scratch, cols,
+                      n_blocks, n_pos)
+
+
+cdef inline void q8_0_row_quad(float* out, const uint8_t* w, Py_ssize_t row_bytes, Py_ssize_t i, Py_ssize_t rows,
+                               const QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_blocks,
+                               Py_ssize_t n_pos) noexcept nogil:
+    """Rows i .. i + 3 (fewer at the end) for every position: the VNNI tile over whole tiles of 4
+    positions (stored unsigned), then the remaining positions one dot at a time (stored signed)."""
+    cdef Py_ssize_t p = 0, r, n_rows = min(4, rows - i)
+    cdef const uint8_t* wi = w + i * row_bytes
+    while p + 4 <= n_pos:
+        q8_0_tile_u(wi, row_bytes, scratch.q + p * cols, scratch.scales + (n_pos + p) * n_blocks, cols, n_blocks,
+                    out + p * rows + i, rows, <int>n_rows)
+        p += 4
+    while p < n_pos:
+        for r in range(i, i + n_rows):
+            out[p * rows + r] = dot_q8_0(w + r * row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
+                                         n_blocks)
+        p += 1
 
 
 # ---- Q8_GROUPS (llama2.c version 2) ------------------------------------------------------------

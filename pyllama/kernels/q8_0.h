@@ -1,0 +1,241 @@
+/* The Q8_0 row kernels of quant.pyx (its docstring states the order they follow): one row times
+ * the Q8_0-quantised activation, and the block tiles of the block product, in AVX2 + FMA (VNNI when
+ * present) beside the plain C that computes the same lanes in the same order.
+ */
+#ifndef PYLLAMA_Q8_0_H
+#define PYLLAMA_Q8_0_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#include "qblocks.h" /* PYLLAMA_QBLOCKS_VNNI: VNNI here, or emulated (PYLLAMA_EMULATE_AVX512=vnni) */
+
+/* Weights are streamed from a memory-mapped file in 4 KiB pages, where the hardware prefetchers
+   stop at every page boundary; asking for the bytes one page ahead keeps the stream going
+   (measured on stories110M Q8_0: 1.5-1.8x faster decode). Prefetches never fault and do not
+   change any result. */
+#define PYLLAMA_PREFETCH_AHEAD 4096
+#if defined(__GNUC__)
+#define pyllama_prefetch(p) __builtin_prefetch((const void*)(p), 0, 3)
+#else
+#define pyllama_prefetch(p) ((void)0)
+#endif
+
+#include "halfbits.h"  /* pyllama_half_to_float, pyllama_float_to_half */
+
+/* ---- Q8_0 row times the Q8_0-quantised activation ----
+   A block is fp16 d then 32 int8. Per block, 8 int32 lanes: lane l = sum_k w[4l+k] x[4l+k]
+   (k < 4), exact. Each lane is converted to float and fused-multiply-added with d_w * d_x into
+   one accumulator, block after block, which is reduced in a fixed order at the end.
+   AVX2: the integer dot is |w| (unsigned) times
+   sign(w)·x with maddubs + madd, or one vpdpbusd with VNNI; exact because |x| <= 127. The plain C
+   path computes the same lanes. */
+static inline float pyllama_reduce8(const float* a8) {
+    return ((a8[0] + a8[4]) + (a8[2] + a8[6])) + ((a8[1] + a8[5]) + (a8[3] + a8[7]));
+}
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* the 8 lanes of one block from |w| (aw, unsigned bytes) and w: |w| times sign(w)·x */
+static inline __m256i pyllama_lanes_abs_i8(__m256i aw, __m256i w, __m256i x) {
+    const __m256i sx = _mm256_sign_epi8(x, w);  /* x * sign(w): |x| <= 127 never overflows */
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), aw, sx);
+#else
+    /* byte pairs to int16: |sum| <= 2 * 128 * 127 < 32767, so maddubs never saturates */
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
+#endif
+}
+
+static inline __m256i pyllama_dot4_i8(const uint8_t* wq, const int8_t* xq) {
+    const __m256i w = _mm256_loadu_si256((const __m256i*)wq);
+    const __m256i x = _mm256_loadu_si256((const __m256i*)xq);
+    return pyllama_lanes_abs_i8(_mm256_abs_epi8(w), w, x);  /* |w|: -128 gives 128, exact */
+}
+#endif
+
+static inline float pyllama_q8_0_scale(const uint8_t* blk, const float* xs, ptrdiff_t b) {
+    uint16_t dh;
+    memcpy(&dh, blk, sizeof dh);
+    return pyllama_half_to_float(dh) * xs[b];
+}
+
+static inline float pyllama_dot_q8_0(const uint8_t* w, const int8_t* xq, const float* xs, ptrdiff_t n_blocks) {
+    float acc[8];
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 vacc = _mm256_setzero_ps();
+    for (ptrdiff_t b = 0; b < n_blocks; b++) {
+        const uint8_t* blk = w + 34 * b;
+        if ((b & 1) == 0) {
+            pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
+            pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
+        }
+        const __m256i s = pyllama_dot4_i8(blk + 2, xq + 32 * b);
+        vacc = _mm256_fmadd_ps(_mm256_set1_ps(pyllama_q8_0_scale(blk, xs, b)), _mm256_cvtepi32_ps(s), vacc);
+    }
+    _mm256_storeu_ps(acc, vacc);
+#else
+    for (int l = 0; l < 8; l++) acc[l] = 0.0f;
+    for (ptrdiff_t b = 0; b < n_blocks; b++) {
+        const uint8_t* blk = w + 34 * b;
+        if ((b & 1) == 0) {
+            pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
+            pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
+        }
+        const int8_t* wq = (const int8_t*)(blk + 2);
+        const int8_t* xb = xq + 32 * b;
+        const float d = pyllama_q8_0_scale(blk, xs, b);
+        for (int l = 0; l < 8; l++) {
+            int32_t s = 0;
+            for (int k = 0; k < 4; k++) s += (int32_t)wq[4 * l + k] * (int32_t)xb[4 * l + k];
+            acc[l] = fmaf(d, (float)s, acc[l]);
+        }
+    }
+#endif
+    return pyllama_reduce8(acc);
+}
+
+/* Rows r0 and r0 + 1 (w, w + row_bytes) times positions p < 4 (xq + p * cols, xs + p * n_blocks):
+   out[p * out_stride + r] for r < 2, each element exactly pyllama_dot_q8_0's computation (its lanes,
+   its float product d_w * d_x, its fma per block in block order, its reduction), so a tile gives the
+   bits of eight separate dots. The tile loads each weight block and its |w| once for four
+   positions and each activation block once for both rows, and keeps the eight accumulators in
+   registers: a block of positions multiplies at the speed of the arithmetic, not of the loads.
+   xst holds the four positions' activation scales side by side per block (xst[4 b + p] =
+   xs[p * n_blocks + b]): the eight products d_w * d_x of a block are two 4-wide multiplies, stored
+   and read back as broadcasts from memory (load ports), where one scalar multiply and one
+   register broadcast per element took two of the vector pipes that the integer products and the
+   FMAs share. The same IEEE products, so the same bits. */
+static inline void pyllama_q8_0_tile_2x4(const uint8_t* w, ptrdiff_t row_bytes, const int8_t* xq,
+                                         const float* xs, const float* xst, ptrdiff_t cols, ptrdiff_t n_blocks,
+                                         float* out, ptrdiff_t out_stride) {
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 acc[2][4];
+    for (int r = 0; r < 2; r++)
+        for (int p = 0; p < 4; p++) acc[r][p] = _mm256_setzero_ps();
+    for (ptrdiff_t b = 0; b < n_blocks; b++) {
+        const uint8_t* blk0 = w + 34 * b;
+        const uint8_t* blk1 = blk0 + row_bytes;
+        if ((b & 1) == 0) {
+            pyllama_prefetch(blk0 + PYLLAMA_PREFETCH_AHEAD);
+            pyllama_prefetch(blk1 + PYLLAMA_PREFETCH_AHEAD);
+        }
+        uint16_t h0, h1;
+        memcpy(&h0, blk0, sizeof h0);
+        memcpy(&h1, blk1, sizeof h1);
+        const __m128 dx4 = _mm_loadu_ps(xst + 4 * b);
+        float d[8] __attribute__((aligned(32)));  /* d[4 r + p] = d_w(r) * d_x(p) */
+        _mm_store_ps(d, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h0)), dx4));
+        _mm_store_ps(d + 4, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h1)), dx4));
+        /* read d back from memory: gcc would otherwise forward the stores as register shuffles */
+        __asm__("" : : "r"(d) : "memory");
+        const __m256i w0 = _mm256_loadu_si256((const __m256i*)(blk0 + 2));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i*)(blk1 + 2));
+        const __m256i aw0 = _mm256_abs_epi8(w0), aw1 = _mm256_abs_epi8(w1);
+        for (int p = 0; p < 4; p++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + p * cols + 32 * b));
+            acc[0][p] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + p),
+                                        _mm256_cvtepi32_ps(pyllama_lanes_abs_i8(aw0, w0, x)), acc[0][p]);
+            acc[1][p] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + 4 + p),
+                                        _mm256_cvtepi32_ps(pyllama_lanes_abs_i8(aw1, w1, x)), acc[1][p]);
+        }
+    }
+    float a8[8];
+    for (int r = 0; r < 2; r++)
+        for (int p = 0; p < 4; p++) {
+            _mm256_storeu_ps(a8, acc[r][p]);
+            out[p * out_stride + r] = pyllama_reduce8(a8);
+        }
+#else
+    (void)xst;
+    for (int r = 0; r < 2; r++)
+        for (int p = 0; p < 4; p++)
+            out[p * out_stride + r] = pyllama_dot_q8_0(w + r * row_bytes, xq + p * cols, xs + p * n_blocks,
+                                                       n_blocks);
+#endif
+}
+
+/* ---- the block tile with VNNI: R <= 4 rows times 4 positions, the activation offset to unsigned ----
+   vpdpbusd multiplies unsigned bytes by signed ones. The tile's positions are stored as x + 128
+   (unsigned; pyllama_q8_0_unsign, at quantisation) and each row's lanes start from -128 * (w[4l] +
+   ... + w[4l+3]) instead of 0, computed once per row and block for the four positions:
+   (x + 128) . w - 128 sum(w) = x . w, exactly, in int32 (|each product| <= 255 * 128). So one
+   vpdpbusd per row and position gives pyllama_dot_q8_0's lanes, where the |w|, sign(w) x way takes a
+   vpsignb more; and four rows share each activation load (the 2 x 4 tile's positions were read from
+   L2 once per row pair, twice as often). The float work is the 2 x 4 tile's: d_w * d_x per element,
+   one fma per block in block order, the same reduction, so the same bits. 16 accumulators, 4 rows,
+   4 starting lanes: AVX-512VL's 32 vector registers. Built where qblocks.h's VNNI path is, so SIMDe's
+   emulation (tests/test_simd_paths.py) tests it on a CPU without VNNI. */
+#if PYLLAMA_QBLOCKS_VNNI && defined(__FMA__)
+#define PYLLAMA_Q8_0_UNSIGNED_TILE 1
+#define PYLLAMA_Q8_0_UNIT_ROWS 4
+
+static inline void pyllama_q8_0_unsign(int8_t* q, ptrdiff_t n) {
+    for (ptrdiff_t i = 0; i < n; i++) q[i] = (int8_t)((uint8_t)q[i] ^ 0x80);
+}
+
+static inline __attribute__((always_inline)) void pyllama_q8_0_tile_ux4(
+        const uint8_t* w, ptrdiff_t row_bytes, const uint8_t* xu, const float* xst, ptrdiff_t cols,
+        ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride, const int R) {
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int p = 0; p < 4; p++) acc[r][p] = _mm256_setzero_ps();
+    const __m256i k128 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    for (ptrdiff_t b = 0; b < n_blocks; b++) {
+        const uint8_t* blk = w + 34 * b;
+        if ((b & 1) == 0)
+            for (int r = 0; r < R; r++) pyllama_prefetch(blk + r * row_bytes + PYLLAMA_PREFETCH_AHEAD);
+        const __m128 dx4 = _mm_loadu_ps(xst + 4 * b);
+        float d[16] __attribute__((aligned(32))); /* d[4 r + p] = d_w(r) * d_x(p) */
+        __m256i wv[4], start[4];
+        for (int r = 0; r < R; r++) {
+            uint16_t h;
+            memcpy(&h, blk + r * row_bytes, sizeof h);
+            _mm_store_ps(d + 4 * r, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h)), dx4));
+            wv[r] = _mm256_loadu_si256((const __m256i*)(blk + r * row_bytes + 2));
+            start[r] = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, k128, wv[r]));
+        }
+        __asm__("" : : "r"(d) : "memory"); /* read d back as broadcasts from memory (see the 2 x 4 tile) */
+        for (int p = 0; p < 4; p++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i*)(xu + p * cols + 32 * b));
+            for (int r = 0; r < R; r++)
+                acc[r][p] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + 4 * r + p),
+                                            _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start[r], x, wv[r])), acc[r][p]);
+        }
+    }
+    float a8[8];
+    for (int r = 0; r < R; r++)
+        for (int p = 0; p < 4; p++) {
+            _mm256_storeu_ps(a8, acc[r][p]);
+            out[p * out_stride + r] = pyllama_reduce8(a8);
+        }
+}
+
+/* rows r < R (R <= 4, row_bytes apart) times the 4 unsigned positions at xu (cols apart) */
+static void pyllama_q8_0_tile_u(const uint8_t* w, ptrdiff_t row_bytes, const int8_t* xu, const float* xst,
+                                ptrdiff_t cols, ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride, int R) {
+    const uint8_t* x = (const uint8_t*)xu;
+    switch (R) {
+        case 4: pyllama_q8_0_tile_ux4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, 4); break;
+        case 3: pyllama_q8_0_tile_ux4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, 3); break;
+        case 2: pyllama_q8_0_tile_ux4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, 2); break;
+        default: pyllama_q8_0_tile_ux4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, 1); break;
+    }
+}
+#else
+#define PYLLAMA_Q8_0_UNSIGNED_TILE 0
+#define PYLLAMA_Q8_0_UNIT_ROWS 2
+static inline void pyllama_q8_0_unsign(int8_t* q, ptrdiff_t n) { (void)q; (void)n; }
+static void pyllama_q8_0_tile_u(const uint8_t* w, ptrdiff_t row_bytes, const int8_t* xu, const float* xst,
+                                ptrdiff_t cols, ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride, int R) {
+    (void)w; (void)row_bytes; (void)xu; (void)xst; (void)cols; (void)n_blocks; (void)out; (void)out_stride;
+    (void)R; /* never called: quant.pyx takes the 2 x 4 tile in builds without VNNI */
+}
+#endif
+
+#endif
