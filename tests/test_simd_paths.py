@@ -1,12 +1,12 @@
 """Every SIMD path of the block-quantised kernels, tested on whichever x86-64 CPU runs the tests.
 
 A default build compiles one path, the widest this CPU has (the first test checks that), and the
-default run tests that one. So that the others are tested too, this test compiles the four modules that
-hold those kernels (qlegacy, kquants, qproduct and quant's Q8_0, from the C that the install generated)
-once for each other path, puts them into a copy of the package and runs the kernel tests there in a
+default run tests that one. So that the others are tested too, this test compiles the five modules that
+hold those kernels (qlegacy, kquants, qproduct, quant's Q8_0 and matvec's float32, from the C that the
+install generated) once for each other path, puts them into a copy of the package and runs the kernel tests there in a
 child process: gguf-py's integers and the numpy emulation of ggml's float order, bit for bit
 (test_quant_kernels.py, test_kquant_order.py, test_ggml_order.py), and block products equal to one
-product per position (test_matmul.py: the Q8_0 tiles). How each path is built here:
+product per position (test_matmul.py: the Q8_0 and float32 tiles). How each path is built here:
 
 - portable: ``PYLLAMA_PORTABLE=1`` (no instruction set beyond the architecture's base);
 - avx2: on an AVX-512 CPU, the native flags with AVX-512 switched off (``-mno-avx512f``);
@@ -40,7 +40,7 @@ from pyllama.kernels.qproduct import built_for_this_cpu, simd_path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "pyllama"
-MODULES = ("qlegacy", "kquants", "qproduct", "quant")
+MODULES = ("qlegacy", "kquants", "qproduct", "quant", "matvec")
 KERNEL_TESTS = ("test_quant_kernels.py", "test_kquant_order.py", "test_ggml_order.py", "test_matmul.py")
 PATHS = ("portable", "avx2", "avx512", "avx512-vnni")
 
