@@ -186,12 +186,12 @@ static inline __attribute__((always_inline)) void pyllama_q8_0_tile_ux4(
     for (int r = 0; r < R; r++)
         for (int p = 0; p < 4; p++) acc[r][p] = _mm256_setzero_ps();
     const __m256i k128 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    float d[16] __attribute__((aligned(64))); /* d[4 r + p] = d_w(r) * d_x(p) of the block */
     for (ptrdiff_t b = 0; b < n_blocks; b++) {
         const uint8_t* blk = w + 34 * b;
         if ((b & 1) == 0)
             for (int r = 0; r < R; r++) pyllama_prefetch(blk + r * row_bytes + PYLLAMA_PREFETCH_AHEAD);
         const __m128 dx4 = _mm_loadu_ps(xst + 4 * b);
-        float d[16] __attribute__((aligned(32))); /* d[4 r + p] = d_w(r) * d_x(p) */
         __m256i wv[4], start[4];
         for (int r = 0; r < R; r++) {
             uint16_t h;
@@ -200,11 +200,13 @@ static inline __attribute__((always_inline)) void pyllama_q8_0_tile_ux4(
             wv[r] = _mm256_loadu_si256((const __m256i*)(blk + r * row_bytes + 2));
             start[r] = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, k128, wv[r]));
         }
-        __asm__("" : : "r"(d) : "memory"); /* read d back as broadcasts from memory (see the 2 x 4 tile) */
+        /* read d back as broadcasts from memory (see the 2 x 4 tile); "+m" on d alone, where a "memory"
+           clobber made gcc spill accumulators */
+        __asm__("" : "+m"(d));
         for (int p = 0; p < 4; p++) {
             const __m256i x = _mm256_loadu_si256((const __m256i*)(xu + p * cols + 32 * b));
             for (int r = 0; r < R; r++)
-                acc[r][p] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + 4 * r + p),
+                acc[r][p] = _mm256_fmadd_ps(_mm256_set1_ps(d[4 * r + p]),
                                             _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start[r], x, wv[r])), acc[r][p]);
         }
     }
@@ -216,16 +218,69 @@ static inline __attribute__((always_inline)) void pyllama_q8_0_tile_ux4(
         }
 }
 
+/* The tile of 4 rows, the one every matrix with a multiple of 4 rows takes: pyllama_q8_0_tile_ux4's
+   arithmetic with each accumulator a variable of its own. gcc keeps an array of vectors in memory
+   (the 16 accumulators were loaded and stored every block); as variables they stay in 16 of the 32
+   registers. */
+#define PYLLAMA_Q8U_ROW(r)                                                                            \
+    memcpy(&h, blk + r * row_bytes, sizeof h);                                                        \
+    _mm_store_ps(d + 4 * r, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h)), dx4));                 \
+    const __m256i w##r = _mm256_loadu_si256((const __m256i*)(blk + r * row_bytes + 2));              \
+    const __m256i s##r = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, k128, w##r));
+#define PYLLAMA_Q8U_STEP(r, p)                                                                        \
+    a##r##p = _mm256_fmadd_ps(_mm256_set1_ps(d[4 * r + p]),                                           \
+                              _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(s##r, x##p, w##r)), a##r##p);
+#define PYLLAMA_Q8U_POSITION(p)                                                                       \
+    {                                                                                                 \
+        const __m256i x##p = _mm256_loadu_si256((const __m256i*)(xu + p * cols + 32 * b));            \
+        PYLLAMA_Q8U_STEP(0, p) PYLLAMA_Q8U_STEP(1, p) PYLLAMA_Q8U_STEP(2, p) PYLLAMA_Q8U_STEP(3, p)   \
+    }
+#define PYLLAMA_Q8U_OUT(r, p)                                                                         \
+    _mm256_storeu_ps(a8, a##r##p);                                                                    \
+    out[p * out_stride + r] = pyllama_reduce8(a8);
+#define PYLLAMA_Q8U_ROWS_OF(M, p) M(0, p) M(1, p) M(2, p) M(3, p)
+
+static void pyllama_q8_0_tile_u4(const uint8_t* w, ptrdiff_t row_bytes, const uint8_t* xu, const float* xst,
+                                 ptrdiff_t cols, ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride) {
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
+           a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+    const __m256i k128 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
+    float d[16] __attribute__((aligned(64)));
+    for (ptrdiff_t b = 0; b < n_blocks; b++) {
+        const uint8_t* blk = w + 34 * b;
+        if ((b & 1) == 0)
+            for (int r = 0; r < 4; r++) pyllama_prefetch(blk + r * row_bytes + PYLLAMA_PREFETCH_AHEAD);
+        const __m128 dx4 = _mm_loadu_ps(xst + 4 * b);
+        uint16_t h;
+        PYLLAMA_Q8U_ROW(0) PYLLAMA_Q8U_ROW(1) PYLLAMA_Q8U_ROW(2) PYLLAMA_Q8U_ROW(3)
+        __asm__("" : "+m"(d));
+        PYLLAMA_Q8U_POSITION(0) PYLLAMA_Q8U_POSITION(1) PYLLAMA_Q8U_POSITION(2) PYLLAMA_Q8U_POSITION(3)
+    }
+    float a8[8];
+    PYLLAMA_Q8U_ROWS_OF(PYLLAMA_Q8U_OUT, 0) PYLLAMA_Q8U_ROWS_OF(PYLLAMA_Q8U_OUT, 1)
+    PYLLAMA_Q8U_ROWS_OF(PYLLAMA_Q8U_OUT, 2) PYLLAMA_Q8U_ROWS_OF(PYLLAMA_Q8U_OUT, 3)
+}
+
+/* fewer rows (the last unit of a matrix whose rows are not a multiple of 4) */
+static __attribute__((noinline)) void pyllama_q8_0_tile_u_few(const uint8_t* w, ptrdiff_t row_bytes,
+                                                              const uint8_t* xu, const float* xst, ptrdiff_t cols,
+                                                              ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride,
+                                                              int R) {
+    switch (R) {
+        case 3: pyllama_q8_0_tile_ux4(w, row_bytes, xu, xst, cols, n_blocks, out, out_stride, 3); break;
+        case 2: pyllama_q8_0_tile_ux4(w, row_bytes, xu, xst, cols, n_blocks, out, out_stride, 2); break;
+        default: pyllama_q8_0_tile_ux4(w, row_bytes, xu, xst, cols, n_blocks, out, out_stride, 1); break;
+    }
+}
+
 /* rows r < R (R <= 4, row_bytes apart) times the 4 unsigned positions at xu (cols apart) */
 static void pyllama_q8_0_tile_u(const uint8_t* w, ptrdiff_t row_bytes, const int8_t* xu, const float* xst,
                                 ptrdiff_t cols, ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride, int R) {
     const uint8_t* x = (const uint8_t*)xu;
-    switch (R) {
-        case 4: pyllama_q8_0_tile_ux4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, 4); break;
-        case 3: pyllama_q8_0_tile_ux4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, 3); break;
-        case 2: pyllama_q8_0_tile_ux4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, 2); break;
-        default: pyllama_q8_0_tile_ux4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, 1); break;
-    }
+    if (R == 4)
+        pyllama_q8_0_tile_u4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride);
+    else
+        pyllama_q8_0_tile_u_few(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, R);
 }
 #else
 #define PYLLAMA_Q8_0_UNSIGNED_TILE 0
