@@ -181,10 +181,9 @@ def _start_recording(store, key, side, pr: Probe, infos: list[SegmentInfo], conf
     held = _rows_of(pr)(side.max_positions)
     if any(info.compared != n for info, n in zip(infos, held, strict=True)):
         return None
-    record = store.start(held, side.max_positions, config.vocab_size, (config.n_layers, config.q_dim))
-    if record is not None:
-        side.recording, side.record_offsets = record, record.offsets
-    return record
+    writer = store.start(held, side.max_positions, config.vocab_size, (config.n_layers, config.q_dim))
+    side.recording = writer
+    return writer
 
 
 def _progress_bar(progress: bool | None, total: int, sides: list[LiveSide | ReplaySide]):

@@ -114,7 +114,55 @@ class SideRecord:
 
     @property
     def offsets(self) -> list[int]:
-        return np.concatenate([[0], np.cumsum(self.held)[:-1]]).astype(int).tolist() if self.held else []
+        return first_rows(self.held)
+
+
+def first_rows(held: list[int]) -> list[int]:
+    """Each sequence's first row in a record holding ``held[s]`` rows of sequence s."""
+    return [int(x) for x in np.cumsum([0, *held[:-1]])] if held else []
+
+
+class RecordWriter:
+    """A record being written: the rows come in order (sequence after sequence, block after block),
+    so each array is one .npy file written front to back (an order of magnitude cheaper than filling
+    a fresh memory map, whose every page is first zeroed by a fault)."""
+
+    DTYPES = {"logits": np.float32, "att": np.float32, "mem": np.int64, "bad": np.int32}
+
+    def __init__(self, folder: Path, held: list[int], max_positions: int, vocab: int, att_shape: tuple[int, int]):
+        self.folder, self.held, self.max_positions = folder, held, max_positions
+        self.rows = sum(held)
+        self.offsets = first_rows(held)
+        self.next_row = 0
+        self.in_order = True
+        shapes = {
+            "logits": (self.rows, vocab),
+            "att": (self.rows, *att_shape),
+            "mem": (self.rows,),
+            "bad": (self.rows,),
+        }
+        self.files = {}
+        for name in ARRAYS:
+            f = open(folder / f"{name}.npy", "wb")  # noqa: SIM115 (closed by close() or discard())
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(self.DTYPES[name])), "fortran_order": False}
+            np.lib.format.write_array_header_1_0(f, {**header, "shape": shapes[name]})
+            self.files[name] = f
+
+    def append(self, row: int, **arrays: np.ndarray) -> None:
+        """Rows ``row ..`` of every array; a row out of order spoils the record (it is then not kept)."""
+        if row != self.next_row:
+            self.in_order = False
+        if not self.in_order:
+            return
+        for name in ARRAYS:
+            self.files[name].write(np.ascontiguousarray(arrays[name], dtype=self.DTYPES[name]).data)
+        self.next_row = row + arrays["mem"].shape[0]
+
+    def close(self) -> bool:
+        """Close the files; whether every row was written in order."""
+        for f in self.files.values():
+            f.close()
+        return self.in_order and self.next_row == self.rows
 
 
 class SideCache:
@@ -177,7 +225,7 @@ class SideCache:
         os.utime(folder / "meta.json")  # least recently used goes first
         return SideRecord(**arrays, max_positions=int(meta["max_positions"]), held=held, folder=folder)
 
-    def start(self, held: list[int], max_positions: int, vocab: int, att_shape: tuple[int, int]) -> SideRecord | None:
+    def start(self, held: list[int], max_positions: int, vocab: int, att_shape: tuple[int, int]) -> RecordWriter | None:
         """A new record being written (in a temporary folder), or None when it would be over half the limit."""
         rows = sum(held)
         size = rows * (vocab * 4 + att_shape[0] * att_shape[1] * 4 + 8 + 4)
@@ -186,23 +234,17 @@ class SideCache:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".writing-", dir=self.folder))
-            shapes = {"logits": (rows, vocab), "att": (rows, *att_shape), "mem": (rows,), "bad": (rows,)}
-            dtypes = {"logits": np.float32, "att": np.float32, "mem": np.int64, "bad": np.int32}
-            arrays = {
-                name: np.lib.format.open_memmap(tmp / f"{name}.npy", mode="w+", dtype=dtypes[name], shape=shapes[name])
-                for name in ARRAYS
-            }
+            return RecordWriter(tmp, held, max_positions, vocab, att_shape)
         except OSError:
             return None  # an unwritable cache costs the replay, not the diff
-        return SideRecord(**arrays, max_positions=max_positions, held=held, folder=tmp)
 
-    def finish(self, record: SideRecord, key: str) -> None:
-        """Flush a written record and put it under ``key``; then keep the folder under the limit."""
-        tmp = record.folder
+    def finish(self, writer: RecordWriter, key: str) -> None:
+        """Close a written record and put it under ``key``; then keep the folder under the limit."""
+        tmp = writer.folder
         try:
-            for name in ARRAYS:
-                getattr(record, name).flush()
-            meta = {"format": FORMAT, "max_positions": record.max_positions, "held": record.held}
+            if not writer.close():
+                raise OSError("the record's rows were not written in order")
+            meta = {"format": FORMAT, "max_positions": writer.max_positions, "held": writer.held}
             (tmp / "meta.json").write_text(json.dumps(meta))
             os.rename(tmp, self.folder / key)
         except OSError:  # another process put the same record there first, or the disk is full
@@ -211,8 +253,9 @@ class SideCache:
         self._trim()
 
     @staticmethod
-    def discard(record: SideRecord) -> None:
-        shutil.rmtree(record.folder, ignore_errors=True)
+    def discard(writer: RecordWriter) -> None:
+        writer.close()
+        shutil.rmtree(writer.folder, ignore_errors=True)
 
     def _trim(self) -> None:
         entries = []

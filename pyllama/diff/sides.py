@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from pyllama.checkpoint.weights import Weights
     from pyllama.config import ModelConfig
     from pyllama.diff.probes import Segment
-    from pyllama.diff.side_cache import SideRecord
+    from pyllama.diff.side_cache import RecordWriter, SideRecord
 
 
 class LiveSide:
@@ -37,7 +37,7 @@ class LiveSide:
     ``blocks``: the engine runs a block of positions at once (``Engine.forward_block``: the same bits
     as one ``forward`` per position; the ledger of each position comes from ``set_ledger``); False:
     one ``forward`` per position, asking ``memory_bytes()`` after each. ``recording``: a record being
-    made, whose rows this side fills as it goes (``record_offsets``: each sequence's first row)."""
+    made, whose rows this side writes as it goes."""
 
     replayed = False
 
@@ -58,8 +58,7 @@ class LiveSide:
         self.n_threads = n_threads
         self.blocks = blocks
         self.block = block
-        self.recording: SideRecord | None = None
-        self.record_offsets: list[int] = []
+        self.recording: RecordWriter | None = None
         self.hidden = np.zeros((block, config.dim), dtype=np.float32)
         self.logits = np.zeros((block, config.vocab_size), dtype=np.float32)
         self.att = np.zeros((block, config.n_layers, config.q_dim), dtype=np.float32)
@@ -104,13 +103,11 @@ class LiveSide:
             raise PluginError(f"{self.label}: failed at {where} {self.at} ({type(exc).__name__}: {exc})") from exc
         classify_block(self.classifier, self.hidden[:m], self.logits, self.n_threads)
         self.softmax.compute(self.logits[:m], self.n_threads)  # here: the two sides run concurrently
-        rec = self.recording
-        if rec is not None:
-            r = slice(self.record_offsets[seq] + start, self.record_offsets[seq] + start + m)
-            rec.logits[r] = self.logits[:m]
-            rec.att[r] = self.att[:m]
-            rec.mem[r] = self.mem[:m]
-            rec.bad[r] = self.bad_layer[:m]
+        if self.recording is not None:
+            row = self.recording.offsets[seq] + start
+            self.recording.append(
+                row, logits=self.logits[:m], att=self.att[:m], mem=self.mem[:m], bad=self.bad_layer[:m]
+            )
 
     def _run_positions(self, tokens: np.ndarray, start: int) -> None:
         engine = self.engine
