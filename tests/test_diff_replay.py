@@ -146,3 +146,20 @@ def test_cli_replays_and_says_so(model, tmp_path):
     assert "replayed" not in off.output
     body = [line for line in second.output.splitlines()[1:]]
     assert body == first.output.splitlines()[1:]
+
+
+def test_a_record_written_out_of_order_is_not_kept(tmp_path):
+    store = SideCache(tmp_path, max_bytes=2**30)
+    writer = store.start([3, 2], 10, 5, (2, 4))
+    rows = {"logits": np.zeros((2, 5)), "att": np.zeros((2, 2, 4)), "mem": np.zeros(2), "bad": np.zeros(2)}
+    writer.append(0, **rows)
+    writer.append(3, **rows)  # rows 2 and 3: row 2 is skipped
+    store.finish(writer, "k")
+    assert _records(tmp_path) == [] and list(tmp_path.iterdir()) == []
+    writer = store.start([3, 2], 10, 5, (2, 4))
+    writer.append(0, **rows)
+    three = {"logits": np.ones((3, 5)), "att": np.ones((3, 2, 4)), "mem": np.ones(3), "bad": np.ones(3)}
+    writer.append(2, **three)
+    store.finish(writer, "k")
+    record = store.open("k", lambda n: [3, 2], 5, (2, 4))
+    assert record is not None and record.logits.shape == (5, 5) and record.mem.tolist() == [0, 0, 1, 1, 1]
