@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -82,9 +83,12 @@ def pyllama_tok_s(model: Model, n_gen: int, threads: int) -> float:
     return model.generate([1], steps=n_gen + 1, temperature=0.0, ignore_eos=True, threads=threads).tok_per_s
 
 
-def llama_bench(binary: str, path: Path, n_prompt: int, n_gen: int, threads: int) -> dict:
-    """One run of a llama-bench test (it warms up first by itself): its JSON record."""
+def llama_bench(binary: str, path: Path, n_prompt: int, n_gen: int, threads: int, extra: tuple[str, ...] = ()) -> dict:
+    """One run of a llama-bench test (it warms up first by itself): its JSON record. ``extra``: more
+    llama-bench arguments (``-fa 0``: newer builds attend with flash attention by default, another
+    arithmetic than pyllama's, which is llama.cpp's without it)."""
     cmd = [binary, "-m", str(path), "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads), "-r", "1", "-o", "json"]
+    cmd += list(extra)
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     (result,) = [r for r in json.loads(proc.stdout) if r.get("n_gen") == n_gen and r.get("n_prompt") == n_prompt]
     return result
@@ -104,14 +108,15 @@ def measure(label: str, qtype: str, path: Path, args: argparse.Namespace) -> dic
     for _ in range(args.repeats):  # turns: one run of each engine per round
         best["tg"] = max(best["tg"], pyllama_tok_s(model, args.tokens, args.threads))
         if args.llama_bench:
-            rec = llama_bench(args.llama_bench, path, 0, args.tokens, args.threads)
+            rec = llama_bench(args.llama_bench, path, 0, args.tokens, args.threads, args.llama_bench_args)
             best["tg_llama"] = max(best["tg_llama"], rec["avg_ts"])
             row["build"] = build_line(rec)
         if args.prompt and qtype.lower() in args.prompt_types.split(","):
             best["pp"] = max(best["pp"], max(_prompt_runs(model, "causal", n_prompt, 1)[0]))
             if args.llama_bench:
-                rec = llama_bench(args.llama_bench, path, n_prompt, 0, args.threads)
+                rec = llama_bench(args.llama_bench, path, n_prompt, 0, args.threads, args.llama_bench_args)
                 best["pp_llama"] = max(best["pp_llama"], rec["avg_ts"])
+                row["flash_attn"] = rec.get("flash_attn")
     row.update({k: v or None for k, v in best.items()})
     if args.stream_limit and qtype == "f32":
         with threadpool_limits(args.threads):
@@ -142,7 +147,9 @@ def print_tables(rows: list[dict], args: argparse.Namespace) -> None:
             f"{ratio(r['tg'], r['tg_llama'])} |"
         )
     if args.prompt:
-        print("\nprompt processing tok/s (llama-bench -p N -n 0)\n")
+        fa = sorted({str(r.get("flash_attn")) for r in rows if r.get("flash_attn") is not None})
+        extra = " ".join(["", *args.llama_bench_args])
+        print(f"\nprompt processing tok/s (llama-bench -p N -n 0{extra}; its flash_attn: {', '.join(fa) or '-'})\n")
         print("| model | type | N | pyllama tok/s | llama.cpp tok/s | pyllama / llama.cpp | pyllama prompt / decode |")
         print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
         for r in rows:
@@ -166,6 +173,13 @@ def print_tables(rows: list[dict], args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llama-bench", help="path to llama.cpp's llama-bench binary (CPU build)")
+    ap.add_argument(
+        "--llama-bench-args",
+        type=shlex.split,
+        default=(),
+        help="more llama-bench arguments, e.g. '-fa 0' (flash attention off: pyllama attends as llama.cpp does "
+        "without it; builds from mid 2025 on turn it on by default)",
+    )
     ap.add_argument("--llama-quantize", help="path to llama.cpp's llama-quantize (adds the --quant-types files)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
