@@ -218,6 +218,28 @@ static inline __attribute__((always_inline)) void pyllama_q8_0_tile_ux4(
         }
 }
 
+/* pyllama_reduce8 of eight accumulators at once: transposed 8 x 8 so that x[k] holds lane k of each,
+   then ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)) elementwise, pyllama_reduce8's additions for
+   every accumulator (its scalar form spent about as long as a 288-column tile's blocks) */
+static inline __m256 pyllama_reduce8_x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5,
+                                        __m256 a6, __m256 a7) {
+    const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
+    const __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
+    const __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
+    const __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    /* x[k]: lane k of a0 .. a7 */
+    const __m256 x0 = _mm256_permute2f128_ps(u0, u4, 0x20), x4 = _mm256_permute2f128_ps(u0, u4, 0x31);
+    const __m256 x1 = _mm256_permute2f128_ps(u1, u5, 0x20), x5 = _mm256_permute2f128_ps(u1, u5, 0x31);
+    const __m256 x2 = _mm256_permute2f128_ps(u2, u6, 0x20), x6 = _mm256_permute2f128_ps(u2, u6, 0x31);
+    const __m256 x3 = _mm256_permute2f128_ps(u3, u7, 0x20), x7 = _mm256_permute2f128_ps(u3, u7, 0x31);
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x4), _mm256_add_ps(x2, x6)),
+                         _mm256_add_ps(_mm256_add_ps(x1, x5), _mm256_add_ps(x3, x7)));
+}
+
 /* The tile of 4 rows, the one every matrix with a multiple of 4 rows takes: pyllama_q8_0_tile_ux4's
    arithmetic with each accumulator a variable of its own. gcc keeps an array of vectors in memory
    (the 16 accumulators were loaded and stored every block); as variables they stay in 16 of the 32
@@ -235,10 +257,6 @@ static inline __attribute__((always_inline)) void pyllama_q8_0_tile_ux4(
         const __m256i x##p = _mm256_loadu_si256((const __m256i*)(xu + p * cols + 32 * b));            \
         PYLLAMA_Q8U_STEP(0, p) PYLLAMA_Q8U_STEP(1, p) PYLLAMA_Q8U_STEP(2, p) PYLLAMA_Q8U_STEP(3, p)   \
     }
-#define PYLLAMA_Q8U_OUT(r, p)                                                                         \
-    _mm256_storeu_ps(a8, a##r##p);                                                                    \
-    out[p * out_stride + r] = pyllama_reduce8(a8);
-#define PYLLAMA_Q8U_ROWS_OF(M, p) M(0, p) M(1, p) M(2, p) M(3, p)
 
 static void pyllama_q8_0_tile_u4(const uint8_t* w, ptrdiff_t row_bytes, const uint8_t* xu, const float* xst,
                                  ptrdiff_t cols, ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride) {
@@ -256,9 +274,13 @@ static void pyllama_q8_0_tile_u4(const uint8_t* w, ptrdiff_t row_bytes, const ui
         __asm__("" : "+m"(d));
         PYLLAMA_Q8U_POSITION(0) PYLLAMA_Q8U_POSITION(1) PYLLAMA_Q8U_POSITION(2) PYLLAMA_Q8U_POSITION(3)
     }
-    float a8[8];
-    PYLLAMA_Q8U_ROWS_OF(PYLLAMA_Q8U_OUT, 0) PYLLAMA_Q8U_ROWS_OF(PYLLAMA_Q8U_OUT, 1)
-    PYLLAMA_Q8U_ROWS_OF(PYLLAMA_Q8U_OUT, 2) PYLLAMA_Q8U_ROWS_OF(PYLLAMA_Q8U_OUT, 3)
+    /* rows 0-3 of positions 0 and 1, then of 2 and 3: each position's four rows are contiguous in out */
+    const __m256 r01 = pyllama_reduce8_x8(a00, a10, a20, a30, a01, a11, a21, a31);
+    const __m256 r23 = pyllama_reduce8_x8(a02, a12, a22, a32, a03, a13, a23, a33);
+    _mm_storeu_ps(out, _mm256_castps256_ps128(r01));
+    _mm_storeu_ps(out + out_stride, _mm256_extractf128_ps(r01, 1));
+    _mm_storeu_ps(out + 2 * out_stride, _mm256_castps256_ps128(r23));
+    _mm_storeu_ps(out + 3 * out_stride, _mm256_extractf128_ps(r23, 1));
 }
 
 /* fewer rows (the last unit of a matrix whose rows are not a multiple of 4) */
