@@ -163,3 +163,11 @@ def test_a_record_written_out_of_order_is_not_kept(tmp_path):
     store.finish(writer, "k")
     record = store.open("k", lambda n: [3, 2], 5, (2, 4))
     assert record is not None and record.logits.shape == (5, 5) and record.mem.tolist() == [0, 0, 1, 1, 1]
+
+
+def test_a_bad_size_limit_is_one_clear_error(model, tmp_path):
+    args = ["diff", "causal", "sliding:16", "-c", str(model.path), "-z", str(shared_file("tok512.bin"))]
+    env = {"PYLLAMA_DIFF_CACHE": str(tmp_path), "PYLLAMA_DIFF_CACHE_GIB": "lots"}
+    result = CliRunner().invoke(main, [*args, "--probe", "stories"], env=env)
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "PYLLAMA_DIFF_CACHE_GIB=lots: not a size in GiB" in result.output

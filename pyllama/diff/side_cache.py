@@ -42,12 +42,25 @@ from pathlib import Path
 
 import numpy as np
 
+from pyllama.errors import InputError
+
 FORMAT = 1
 CACHE_ENV = "PYLLAMA_DIFF_CACHE"
 LIMIT_ENV = "PYLLAMA_DIFF_CACHE_GIB"
 DEFAULT_GIB = 8.0
 ARRAYS = ("logits", "att", "mem", "bad")
 STALE_SECONDS = 86400  # a record still being written after a day was abandoned
+
+
+def _limit_gib() -> float:
+    text = os.environ.get(LIMIT_ENV) or str(DEFAULT_GIB)
+    try:
+        gib = float(text)
+    except ValueError:
+        gib = -1.0
+    if not gib >= 0:
+        raise InputError(f"{LIMIT_ENV}={text}: not a size in GiB; set a number >= 0 (0 keeps no records) or unset it")
+    return gib
 
 
 @lru_cache(maxsize=1)
@@ -171,7 +184,7 @@ class SideCache:
     def __init__(self, folder: str | os.PathLike, max_bytes: int | None = None) -> None:
         self.folder = Path(folder).expanduser()
         if max_bytes is None:
-            max_bytes = int(float(os.environ.get(LIMIT_ENV) or DEFAULT_GIB) * 2**30)
+            max_bytes = int(_limit_gib() * 2**30)
         self.max_bytes = int(max_bytes)
 
     @classmethod
