@@ -179,45 +179,6 @@ static inline void pyllama_q8_0_unsign(int8_t* q, ptrdiff_t n) {
     for (ptrdiff_t i = 0; i < n; i++) q[i] = (int8_t)((uint8_t)q[i] ^ 0x80);
 }
 
-static inline __attribute__((always_inline)) void pyllama_q8_0_tile_ux4(
-        const uint8_t* w, ptrdiff_t row_bytes, const uint8_t* xu, const float* xst, ptrdiff_t cols,
-        ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride, const int R) {
-    __m256 acc[4][4];
-    for (int r = 0; r < R; r++)
-        for (int p = 0; p < 4; p++) acc[r][p] = _mm256_setzero_ps();
-    const __m256i k128 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
-    float d[16] __attribute__((aligned(64))); /* d[4 r + p] = d_w(r) * d_x(p) of the block */
-    for (ptrdiff_t b = 0; b < n_blocks; b++) {
-        const uint8_t* blk = w + 34 * b;
-        if ((b & 1) == 0)
-            for (int r = 0; r < R; r++) pyllama_prefetch(blk + r * row_bytes + PYLLAMA_PREFETCH_AHEAD);
-        const __m128 dx4 = _mm_loadu_ps(xst + 4 * b);
-        __m256i wv[4], start[4];
-        for (int r = 0; r < R; r++) {
-            uint16_t h;
-            memcpy(&h, blk + r * row_bytes, sizeof h);
-            _mm_store_ps(d + 4 * r, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h)), dx4));
-            wv[r] = _mm256_loadu_si256((const __m256i*)(blk + r * row_bytes + 2));
-            start[r] = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, k128, wv[r]));
-        }
-        /* read d back as broadcasts from memory (see the 2 x 4 tile); "+m" on d alone, where a "memory"
-           clobber made gcc spill accumulators */
-        __asm__("" : "+m"(d));
-        for (int p = 0; p < 4; p++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i*)(xu + p * cols + 32 * b));
-            for (int r = 0; r < R; r++)
-                acc[r][p] = _mm256_fmadd_ps(_mm256_set1_ps(d[4 * r + p]),
-                                            _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start[r], x, wv[r])), acc[r][p]);
-        }
-    }
-    float a8[8];
-    for (int r = 0; r < R; r++)
-        for (int p = 0; p < 4; p++) {
-            _mm256_storeu_ps(a8, acc[r][p]);
-            out[p * out_stride + r] = pyllama_reduce8(a8);
-        }
-}
-
 /* pyllama_reduce8 of eight accumulators at once: transposed 8 x 8 so that x[k] holds lane k of each,
    then ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)) elementwise, pyllama_reduce8's additions for
    every accumulator (its scalar form spent about as long as a 288-column tile's blocks) */
@@ -240,14 +201,13 @@ static inline __m256 pyllama_reduce8_x8(__m256 a0, __m256 a1, __m256 a2, __m256 
                          _mm256_add_ps(_mm256_add_ps(x1, x5), _mm256_add_ps(x3, x7)));
 }
 
-/* The tile of 4 rows, the one every matrix with a multiple of 4 rows takes: pyllama_q8_0_tile_ux4's
-   arithmetic with each accumulator a variable of its own. gcc keeps an array of vectors in memory
-   (the 16 accumulators were loaded and stored every block); as variables they stay in 16 of the 32
-   registers. */
+/* The tile: rows row[0..3] times 4 positions. Each accumulator is a variable of its own: gcc kept an
+   array of 16 vectors in memory, loading and storing all of them every block; as variables they stay
+   in 16 of the 32 registers. */
 #define PYLLAMA_Q8U_ROW(r)                                                                            \
-    memcpy(&h, blk + r * row_bytes, sizeof h);                                                        \
+    memcpy(&h, row[r] + 34 * b, sizeof h);                                                            \
     _mm_store_ps(d + 4 * r, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h)), dx4));                 \
-    const __m256i w##r = _mm256_loadu_si256((const __m256i*)(blk + r * row_bytes + 2));              \
+    const __m256i w##r = _mm256_loadu_si256((const __m256i*)(row[r] + 34 * b + 2));                  \
     const __m256i s##r = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, k128, w##r));
 #define PYLLAMA_Q8U_STEP(r, p)                                                                        \
     a##r##p = _mm256_fmadd_ps(_mm256_set1_ps(d[4 * r + p]),                                           \
@@ -258,16 +218,15 @@ static inline __m256 pyllama_reduce8_x8(__m256 a0, __m256 a1, __m256 a2, __m256 
         PYLLAMA_Q8U_STEP(0, p) PYLLAMA_Q8U_STEP(1, p) PYLLAMA_Q8U_STEP(2, p) PYLLAMA_Q8U_STEP(3, p)   \
     }
 
-static void pyllama_q8_0_tile_u4(const uint8_t* w, ptrdiff_t row_bytes, const uint8_t* xu, const float* xst,
-                                 ptrdiff_t cols, ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride) {
+static void pyllama_q8_0_tile_u4(const uint8_t* const* row, const uint8_t* xu, const float* xst, ptrdiff_t cols,
+                                 ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride) {
     __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
            a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
     const __m256i k128 = _mm256_set1_epi8((char)0x80), zero = _mm256_setzero_si256();
     float d[16] __attribute__((aligned(64)));
     for (ptrdiff_t b = 0; b < n_blocks; b++) {
-        const uint8_t* blk = w + 34 * b;
         if ((b & 1) == 0)
-            for (int r = 0; r < 4; r++) pyllama_prefetch(blk + r * row_bytes + PYLLAMA_PREFETCH_AHEAD);
+            for (int r = 0; r < 4; r++) pyllama_prefetch(row[r] + 34 * b + PYLLAMA_PREFETCH_AHEAD);
         const __m128 dx4 = _mm_loadu_ps(xst + 4 * b);
         uint16_t h;
         PYLLAMA_Q8U_ROW(0) PYLLAMA_Q8U_ROW(1) PYLLAMA_Q8U_ROW(2) PYLLAMA_Q8U_ROW(3)
@@ -283,26 +242,22 @@ static void pyllama_q8_0_tile_u4(const uint8_t* w, ptrdiff_t row_bytes, const ui
     _mm_storeu_ps(out + 3 * out_stride, _mm256_extractf128_ps(r23, 1));
 }
 
-/* fewer rows (the last unit of a matrix whose rows are not a multiple of 4) */
-static __attribute__((noinline)) void pyllama_q8_0_tile_u_few(const uint8_t* w, ptrdiff_t row_bytes,
-                                                              const uint8_t* xu, const float* xst, ptrdiff_t cols,
-                                                              ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride,
-                                                              int R) {
-    switch (R) {
-        case 3: pyllama_q8_0_tile_ux4(w, row_bytes, xu, xst, cols, n_blocks, out, out_stride, 3); break;
-        case 2: pyllama_q8_0_tile_ux4(w, row_bytes, xu, xst, cols, n_blocks, out, out_stride, 2); break;
-        default: pyllama_q8_0_tile_ux4(w, row_bytes, xu, xst, cols, n_blocks, out, out_stride, 1); break;
-    }
-}
-
-/* rows r < R (R <= 4, row_bytes apart) times the 4 unsigned positions at xu (cols apart) */
+/* rows r < R (R <= 4, row_bytes apart) times the 4 unsigned positions at xu (cols apart). Fewer than 4
+   rows (the last unit of a matrix whose rows are not a multiple of 4) repeat the last row in the
+   missing places, into a scratch tile of which only the R real rows are kept. */
 static void pyllama_q8_0_tile_u(const uint8_t* w, ptrdiff_t row_bytes, const int8_t* xu, const float* xst,
                                 ptrdiff_t cols, ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride, int R) {
     const uint8_t* x = (const uint8_t*)xu;
-    if (R == 4)
-        pyllama_q8_0_tile_u4(w, row_bytes, x, xst, cols, n_blocks, out, out_stride);
-    else
-        pyllama_q8_0_tile_u_few(w, row_bytes, x, xst, cols, n_blocks, out, out_stride, R);
+    const uint8_t* row[4];
+    for (int r = 0; r < 4; r++) row[r] = w + (r < R ? r : R - 1) * row_bytes;
+    if (R == 4) {
+        pyllama_q8_0_tile_u4(row, x, xst, cols, n_blocks, out, out_stride);
+        return;
+    }
+    float tile[16];
+    pyllama_q8_0_tile_u4(row, x, xst, cols, n_blocks, tile, 4);
+    for (int p = 0; p < 4; p++)
+        for (int r = 0; r < R; r++) out[p * out_stride + r] = tile[4 * p + r];
 }
 #else
 #define PYLLAMA_Q8_0_UNSIGNED_TILE 0
