@@ -48,12 +48,23 @@ static inline float pyllama_finish4_f32(__m128 s, const float* a, const float* b
     return total;
 }
 
-/* the lanes as two vectors (lo = lanes 0-7, hi = lanes 8-15): l[u] + l[u+4] is the sum of lo's
-   halves, l[u+8] + l[u+12] the sum of hi's */
+/* 16 -> 4 on the lanes as two vectors (lo = lanes 0-7, hi = lanes 8-15): l[u] + l[u+4] is the sum
+   of lo's halves, l[u+8] + l[u+12] the sum of hi's */
+static inline __m128 pyllama_halves_16to4(__m256 lo, __m256 hi) {
+    return _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)),
+                      _mm_add_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1)));
+}
+
 static inline float pyllama_finish_f32_avx2(__m256 lo, __m256 hi, const float* a, const float* b, Py_ssize_t n) {
-    const __m128 s = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)),
-                                _mm_add_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1)));
-    return pyllama_finish4_f32(s, a, b, n);
+    return pyllama_finish4_f32(pyllama_halves_16to4(lo, hi), a, b, n);
+}
+#endif
+#if PYLLAMA_F32_AVX512
+/* 16 -> 4 on the lanes as one vector: its quarters q0 .. q3 (lanes 0-3, ..., 12-15) as
+   (q0 + q1) + (q2 + q3), the same additions as pyllama_halves_16to4 */
+static inline __m128 pyllama_quarters_16to4(__m512 l) {
+    return _mm_add_ps(_mm_add_ps(_mm512_extractf32x4_ps(l, 0), _mm512_extractf32x4_ps(l, 1)),
+                      _mm_add_ps(_mm512_extractf32x4_ps(l, 2), _mm512_extractf32x4_ps(l, 3)));
 }
 #endif
 
@@ -86,13 +97,8 @@ static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, 
         const __m512 xv = _mm512_loadu_ps(x + j);
         for (int r = 0; r < 4; r++) acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(w + r * stride + j), xv, acc[r]);
     }
-    for (int r = 0; r < 4; r++) {
-        /* quarters q0..q3 hold lanes 0-3, 4-7, 8-11, 12-15: (q0 + q1) + (q2 + q3) is 16 -> 4 */
-        const __m128 q0 = _mm512_extractf32x4_ps(acc[r], 0), q1 = _mm512_extractf32x4_ps(acc[r], 1);
-        const __m128 q2 = _mm512_extractf32x4_ps(acc[r], 2), q3 = _mm512_extractf32x4_ps(acc[r], 3);
-        out[r * out_stride] = pyllama_finish4_f32(_mm_add_ps(_mm_add_ps(q0, q1), _mm_add_ps(q2, q3)), w + r * stride,
-                                                  x, n);
-    }
+    for (int r = 0; r < 4; r++)
+        out[r * out_stride] = pyllama_finish4_f32(pyllama_quarters_16to4(acc[r]), w + r * stride, x, n);
 #elif PYLLAMA_F32_AVX2
     __m256 lo[4], hi[4];
     for (int r = 0; r < 4; r++) lo[r] = hi[r] = _mm256_setzero_ps();
@@ -147,32 +153,8 @@ static inline __attribute__((always_inline)) void pyllama_tile_f32(const float* 
         for (int p = 0; p < P; p++) lanes[r * P + p] = acc[r][p];
 }
 
-static inline __attribute__((always_inline)) void pyllama_tile_finish_f32(
-        const __m512* lanes, const float* w, const float* x, Py_ssize_t cols, float* out, Py_ssize_t rows,
-        const int R, const int P) {
-    for (int p = 0; p < P; p++) {
-        __m128 s[4];
-        for (int r = 0; r < 4; r++) {
-            const __m512 l = lanes[(r * P + p) * (r < R)];
-            s[r] = _mm_add_ps(_mm_add_ps(_mm512_extractf32x4_ps(l, 0), _mm512_extractf32x4_ps(l, 1)),
-                              _mm_add_ps(_mm512_extractf32x4_ps(l, 2), _mm512_extractf32x4_ps(l, 3)));
-        }
-        _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]); /* s[u] lane r = row r's l[u] */
-        const __m128 total = _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3]));
-        float* o = out + p * rows;
-        if (R == 4 && cols % 16 == 0) {
-            _mm_storeu_ps(o, total);
-            continue;
-        }
-        float t[4];
-        _mm_storeu_ps(t, total);
-        for (int r = 0; r < R; r++) {
-            float v = t[r];
-            for (Py_ssize_t j = cols - cols % 16; j < cols; j++) v = v + w[r * cols + j] * x[p * cols + j];
-            o[r] = v;
-        }
-    }
-}
+/* element e's 16 -> 4 step */
+static inline __m128 pyllama_lanes_16to4(const __m512* lanes, int e) { return pyllama_quarters_16to4(lanes[e]); }
 #define PYLLAMA_F32_LANES_PER_ELEMENT 1
 typedef __m512 pyllama_f32_lanes;
 #define PYLLAMA_TILE_SWITCH(R)                                                                       \
@@ -220,20 +202,28 @@ static inline __attribute__((always_inline)) void pyllama_tile_f32(const float* 
     }
 }
 
+/* element e's 16 -> 4 step, from its two vectors */
+static inline __m128 pyllama_lanes_16to4(const __m256* lanes, int e) {
+    return pyllama_halves_16to4(lanes[2 * e], lanes[2 * e + 1]);
+}
+
+#define PYLLAMA_F32_LANES_PER_ELEMENT 2
+typedef __m256 pyllama_f32_lanes;
+#define PYLLAMA_TILE_SWITCH(R) PYLLAMA_TILE_CASE(R, 1) PYLLAMA_TILE_CASE(R, 2) PYLLAMA_TILE_CASE(R, 3)
+#endif
+
+#if PYLLAMA_F32_AVX2 || PYLLAMA_F32_AVX512
 /* The R x P elements of a tile from their lanes, written to out (row stride ``rows``): the 16 -> 4
-   step per element, then four elements of one position (four rows) at once, transposed so that
-   lane r holds row r's l[u]: (l0 + l2) + (l1 + l3) for all four in three vector adds. Exactly
-   pyllama_finish_f32_avx2's additions; the tail (cols mod 16) is added after, in order. */
+   step per element (pyllama_lanes_16to4, the same additions on either width), then four elements of
+   one position (four rows) at once, transposed so that lane r holds row r's l[u]: (l0 + l2) +
+   (l1 + l3) for all four in three vector adds. Exactly pyllama_finish_f32_avx2's additions; the tail
+   (cols mod 16) is added after, in order. */
 static inline __attribute__((always_inline)) void pyllama_tile_finish_f32(
-        const __m256* lanes, const float* w, const float* x, Py_ssize_t cols, float* out, Py_ssize_t rows,
+        const pyllama_f32_lanes* lanes, const float* w, const float* x, Py_ssize_t cols, float* out, Py_ssize_t rows,
         const int R, const int P) {
     for (int p = 0; p < P; p++) {
         __m128 s[4];
-        for (int r = 0; r < 4; r++) {
-            const __m256 lo = lanes[(r * P + p) * 2 * (r < R)], hi = lanes[(r * P + p) * 2 * (r < R) + 1];
-            s[r] = _mm_add_ps(_mm_add_ps(_mm256_castps256_ps128(lo), _mm256_extractf128_ps(lo, 1)),
-                              _mm_add_ps(_mm256_castps256_ps128(hi), _mm256_extractf128_ps(hi, 1)));
-        }
+        for (int r = 0; r < 4; r++) s[r] = pyllama_lanes_16to4(lanes, (r * P + p) * (r < R));
         _MM_TRANSPOSE4_PS(s[0], s[1], s[2], s[3]); /* s[u] lane r = row r's l[u] */
         const __m128 total = _mm_add_ps(_mm_add_ps(s[0], s[2]), _mm_add_ps(s[1], s[3]));
         float* o = out + p * rows;
@@ -251,12 +241,6 @@ static inline __attribute__((always_inline)) void pyllama_tile_finish_f32(
     }
 }
 
-#define PYLLAMA_F32_LANES_PER_ELEMENT 2
-typedef __m256 pyllama_f32_lanes;
-#define PYLLAMA_TILE_SWITCH(R) PYLLAMA_TILE_CASE(R, 1) PYLLAMA_TILE_CASE(R, 2) PYLLAMA_TILE_CASE(R, 3)
-#endif
-
-#if PYLLAMA_F32_AVX2 || PYLLAMA_F32_AVX512
 /* one tile over columns j0 .. j1 - 1; after the row's last chunk its elements are finished */
 #define PYLLAMA_TILE_CASE(R, P)                                                                      \
     case 8 * (R) + (P):                                                                              \
