@@ -110,21 +110,28 @@ cdef inline void q8_0_row_of(float** outs, const Matrix** ms, const Py_ssize_t* 
                           n_blocks)
 
 
-cdef inline void q8_0_row_pair(float* out, const uint8_t* w, Py_ssize_t row_bytes, Py_ssize_t i, Py_ssize_t rows,
+cdef inline void q8_0_row_unit(float* out, const uint8_t* w, Py_ssize_t row_bytes, Py_ssize_t i, Py_ssize_t rows,
                                const QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_blocks,
                                Py_ssize_t n_pos) noexcept nogil:
-    """Rows i and i + 1 (or row i alone, the last of an odd count) for every position: 2x4 tiles, then
-    the remaining positions one dot at a time; every element is dot_q8_0's computation."""
-    cdef Py_ssize_t p = 0, r
+    """Rows i .. i + UNIT_ROWS - 1 (fewer at the end) for every position: tiles over the whole tiles of 4
+    positions, then the remaining positions one dot at a time; every element is dot_q8_0's computation.
+    The VNNI tile takes any 1-4 rows (its positions were stored unsigned, so it must); the 2 x 4 tile
+    takes a pair, and a lone last row goes one dot at a time."""
+    cdef Py_ssize_t p = 0, r, n_rows = min(UNIT_ROWS, rows - i)
     cdef const uint8_t* wi = w + i * row_bytes
-    if i + 1 < rows:
+    # the tile's scales side by side (matmul_q8_0 writes them after the n_pos rows of scales)
+    cdef const float* side_by_side = scratch.scales + n_pos * n_blocks
+    if UNSIGNED_TILE or n_rows == 2:
         while p + 4 <= n_pos:
-            # the tile's scales side by side (matmul_q8_0 writes them after the n_pos rows of scales)
-            q8_0_tile_2x4(wi, row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
-                          scratch.scales + (n_pos + p) * n_blocks, cols, n_blocks, out + p * rows + i, rows)
+            if UNSIGNED_TILE:
+                q8_0_tile_u(wi, row_bytes, scratch.q + p * cols, side_by_side + p * n_blocks, cols, n_blocks,
+                            out + p * rows + i, rows, <int>n_rows)
+            else:
+                q8_0_tile_2x4(wi, row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
+                              side_by_side + p * n_blocks, cols, n_blocks, out + p * rows + i, rows)
             p += 4
     while p < n_pos:
-        for r in range(i, min(i + 2, rows)):
+        for r in range(i, i + n_rows):
             out[p * rows + r] = dot_q8_0(w + r * row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
                                          n_blocks)
         p += 1
@@ -159,7 +166,7 @@ cdef void matmul_q8_0_many(int count, float** outs, const Matrix** ms, const flo
                            QuantScratch* scratch, int n_threads) noexcept nogil:
     """matmul_q8_0 for count <= MAX_MANY matrices of the same columns over the same x (Q, K and V; the
     FFN's gate and up): x quantised once, and the row pairs of all of them in one parallel loop, one
-    barrier instead of count. Each pair is q8_0_row_pair's, so every element keeps its bits."""
+    barrier instead of count. Each unit is q8_0_row_unit's, so every element keeps its bits."""
     cdef Py_ssize_t cols = ms[0].cols
     cdef Py_ssize_t n_blocks = cols // QK8_0
     cdef Py_ssize_t first[MAX_MANY + 1]
@@ -191,31 +198,8 @@ cdef inline void q8_0_unit_of(float** outs, const Matrix** ms, const Py_ssize_t*
                               Py_ssize_t n_pos) noexcept nogil:
     """Unit t (UNIT_ROWS rows) of the matrices taken one after another."""
     cdef int k = matrix_of_unit(first, count, t)
-    cdef Py_ssize_t i = UNIT_ROWS * (t - first[k])
-    if UNSIGNED_TILE:
-        q8_0_row_quad(outs[k], <const uint8_t*>ms[k].data, n_blocks * Q8_0_BYTES, i, ms[k].rows, scratch, cols,
-                      n_blocks, n_pos)
-    else:
-        q8_0_row_pair(outs[k], <const uint8_t*>ms[k].data, n_blocks * Q8_0_BYTES, i, ms[k].rows, scratch, cols,
-                      n_blocks, n_pos)
-
-
-cdef inline void q8_0_row_quad(float* out, const uint8_t* w, Py_ssize_t row_bytes, Py_ssize_t i, Py_ssize_t rows,
-                               const QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_blocks,
-                               Py_ssize_t n_pos) noexcept nogil:
-    """Rows i .. i + 3 (fewer at the end) for every position: the VNNI tile over whole tiles of 4
-    positions (stored unsigned), then the remaining positions one dot at a time (stored signed)."""
-    cdef Py_ssize_t p = 0, r, n_rows = min(4, rows - i)
-    cdef const uint8_t* wi = w + i * row_bytes
-    while p + 4 <= n_pos:
-        q8_0_tile_u(wi, row_bytes, scratch.q + p * cols, scratch.scales + (n_pos + p) * n_blocks, cols, n_blocks,
-                    out + p * rows + i, rows, <int>n_rows)
-        p += 4
-    while p < n_pos:
-        for r in range(i, i + n_rows):
-            out[p * rows + r] = dot_q8_0(w + r * row_bytes, scratch.q + p * cols, scratch.scales + p * n_blocks,
-                                         n_blocks)
-        p += 1
+    q8_0_row_unit(outs[k], <const uint8_t*>ms[k].data, n_blocks * Q8_0_BYTES, UNIT_ROWS * (t - first[k]), ms[k].rows,
+                  scratch, cols, n_blocks, n_pos)
 
 
 # ---- Q8_GROUPS (llama2.c version 2) ------------------------------------------------------------
