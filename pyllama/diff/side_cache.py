@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -123,11 +124,20 @@ class SideRecord:
     bad: np.ndarray  # int32 [rows]: the engine's first non-finite layer, -1 none
     max_positions: int
     held: list[int]
-    folder: Path | None = None
 
     @property
     def offsets(self) -> list[int]:
         return first_rows(self.held)
+
+
+def record_layout(rows: int, vocab: int, att_shape: tuple[int, int]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Each array of a record of ``rows`` rows: its shape and dtype (what is written, checked and sized)."""
+    return {
+        "logits": ((rows, vocab), np.dtype(np.float32)),
+        "att": ((rows, *att_shape), np.dtype(np.float32)),
+        "mem": ((rows,), np.dtype(np.int64)),
+        "bad": ((rows,), np.dtype(np.int32)),
+    }
 
 
 def first_rows(held: list[int]) -> list[int]:
@@ -140,25 +150,18 @@ class RecordWriter:
     so each array is one .npy file written front to back (an order of magnitude cheaper than filling
     a fresh memory map, whose every page is first zeroed by a fault)."""
 
-    DTYPES = {"logits": np.float32, "att": np.float32, "mem": np.int64, "bad": np.int32}
-
     def __init__(self, folder: Path, held: list[int], max_positions: int, vocab: int, att_shape: tuple[int, int]):
         self.folder, self.held, self.max_positions = folder, held, max_positions
         self.rows = sum(held)
         self.offsets = first_rows(held)
         self.next_row = 0
         self.in_order = True
-        shapes = {
-            "logits": (self.rows, vocab),
-            "att": (self.rows, *att_shape),
-            "mem": (self.rows,),
-            "bad": (self.rows,),
-        }
+        self.layout = record_layout(self.rows, vocab, att_shape)
         self.files = {}
-        for name in ARRAYS:
+        for name, (shape, dtype) in self.layout.items():
             f = open(folder / f"{name}.npy", "wb")  # noqa: SIM115 (closed by close() or discard())
-            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(self.DTYPES[name])), "fortran_order": False}
-            np.lib.format.write_array_header_1_0(f, {**header, "shape": shapes[name]})
+            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+            np.lib.format.write_array_header_1_0(f, header)
             self.files[name] = f
 
     def append(self, row: int, **arrays: np.ndarray) -> None:
@@ -167,8 +170,8 @@ class RecordWriter:
             self.in_order = False
         if not self.in_order:
             return
-        for name in ARRAYS:
-            self.files[name].write(np.ascontiguousarray(arrays[name], dtype=self.DTYPES[name]).data)
+        for name, (_, dtype) in self.layout.items():
+            self.files[name].write(np.ascontiguousarray(arrays[name], dtype=dtype).data)
         self.next_row = row + arrays["mem"].shape[0]
 
     def close(self) -> bool:
@@ -220,13 +223,9 @@ class SideCache:
             meta = json.loads((folder / "meta.json").read_text())
             arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS}
             held = [int(n) for n in meta["held"]]
-            rows = sum(held)
-            ok = (
-                held == rows_of(int(meta["max_positions"]))
-                and arrays["logits"].shape == (rows, vocab)
-                and arrays["att"].shape == (rows, *att_shape)
-                and arrays["mem"].shape == (rows,)
-                and arrays["bad"].shape == (rows,)
+            layout = record_layout(sum(held), vocab, att_shape)
+            ok = held == rows_of(int(meta["max_positions"])) and all(
+                (arrays[name].shape, arrays[name].dtype) == layout[name] for name in ARRAYS
             )
         except FileNotFoundError:
             return None
@@ -236,12 +235,12 @@ class SideCache:
             shutil.rmtree(folder, ignore_errors=True)
             return None
         os.utime(folder / "meta.json")  # least recently used goes first
-        return SideRecord(**arrays, max_positions=int(meta["max_positions"]), held=held, folder=folder)
+        return SideRecord(**arrays, max_positions=int(meta["max_positions"]), held=held)
 
     def start(self, held: list[int], max_positions: int, vocab: int, att_shape: tuple[int, int]) -> RecordWriter | None:
         """A new record being written (in a temporary folder), or None when it would be over half the limit."""
         rows = sum(held)
-        size = rows * (vocab * 4 + att_shape[0] * att_shape[1] * 4 + 8 + 4)
+        size = sum(math.prod(shape) * dtype.itemsize for shape, dtype in record_layout(rows, vocab, att_shape).values())
         if rows == 0 or size > self.max_bytes // 2:
             return None
         try:
