@@ -25,6 +25,7 @@ from conftest import read_jsonl, shared_file
 from test_quant_models import teacher_forced
 
 from pyllama.attention import attend_one_head
+from pyllama.attention.head import attend_head_block
 from pyllama.checkpoint import load_checkpoint
 from pyllama.kernels import rope
 from pyllama.kernels.elementwise import ggml_exp
@@ -92,6 +93,27 @@ def test_attention_follows_ggml_order_bitwise(n, hd):
     s = keys.astype(F64) @ q / np.sqrt(hd)
     a = np.exp(s - s.max())
     assert np.allclose(got, (a / a.sum()) @ values, rtol=0, atol=2e-6)
+
+
+# a block's queries (n, m, head size): query j attends rows 0 .. n + j - 1. Groups of 4 queries share
+# their value rows (ggml_attend_group.h), so m covers whole and partial groups, and head sizes cover
+# whole vectors of 8 and 16 columns, a scalar remainder (44, 8) and more than one chunk (64, 80)
+BLOCKS = [(1, 1, 32), (1, 16, 48), (30, 5, 64), (7, 3, 8), (40, 13, 44), (33, 4, 80), (64, 9, 32), (2, 7, 24)]
+
+
+@pytest.mark.parametrize(("n", "m", "hd"), BLOCKS)
+def test_block_of_queries_follows_ggml_order_bitwise(n, m, hd):
+    rng = np.random.default_rng(n * m + hd)
+    q = (rng.standard_normal((m, hd)) * 2).astype(F32)
+    keys = rng.standard_normal((n + m - 1, hd)).astype(F32)
+    values = rng.standard_normal((n + m - 1, hd)).astype(F32)
+    got = attend_head_block(q, keys, values, n, arithmetic="ggml")
+    for j in range(m):
+        assert np.array_equal(got[j], _ggml_attention(q[j], keys[: n + j], values[: n + j])), j
+    # run.c's arithmetic: the block gives each query the bits of the single-query routine
+    got = attend_head_block(q, keys, values, n, arithmetic="run.c")
+    for j in range(m):
+        assert np.array_equal(got[j], attend_one_head(q[j], keys[: n + j], values[: n + j])), j
 
 
 def _libm():

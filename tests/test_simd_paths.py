@@ -1,12 +1,13 @@
 """Every SIMD path of the block-quantised kernels, tested on whichever x86-64 CPU runs the tests.
 
 A default build compiles one path, the widest this CPU has (the first test checks that), and the
-default run tests that one. So that the others are tested too, this test compiles the five modules that
-hold those kernels (qlegacy, kquants, qproduct, quant's Q8_0 and matvec's float32, from the C that the
-install generated) once for each other path, puts them into a copy of the package and runs the kernel tests there in a
-child process: gguf-py's integers and the numpy emulation of ggml's float order, bit for bit
-(test_quant_kernels.py, test_kquant_order.py, test_ggml_order.py), and block products equal to one
-product per position (test_matmul.py: the Q8_0 and float32 tiles). How each path is built here:
+default run tests that one. So that the others are tested too, this test compiles the six modules that
+hold those kernels (qlegacy, kquants, qproduct, quant's Q8_0, matvec's float32 and the attention's
+head, from the C that the install generated) once for each other path, puts them into a copy of the
+package and runs the kernel tests there in a child process: gguf-py's integers and the numpy
+emulation of ggml's float order, bit for bit (test_quant_kernels.py, test_kquant_order.py,
+test_ggml_order.py, test_ggml_attention.py: one query and a block's groups of queries), and block
+products equal to one product per position (test_matmul.py: the Q8_0 and float32 tiles). How each path is built here:
 
 - portable: ``PYLLAMA_PORTABLE=1`` (no instruction set beyond the architecture's base);
 - avx2: on an AVX-512 CPU, the native flags with AVX-512 switched off (``-mno-avx512f``);
@@ -40,8 +41,21 @@ from pyllama.kernels.qproduct import built_for_this_cpu, simd_path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "pyllama"
-MODULES = ("qlegacy", "kquants", "qproduct", "quant", "matvec")
-KERNEL_TESTS = ("test_quant_kernels.py", "test_kquant_order.py", "test_ggml_order.py", "test_matmul.py")
+MODULES = (
+    "kernels/qlegacy",
+    "kernels/kquants",
+    "kernels/qproduct",
+    "kernels/quant",
+    "kernels/matvec",
+    "attention/head",
+)
+KERNEL_TESTS = (
+    "test_quant_kernels.py",
+    "test_kquant_order.py",
+    "test_ggml_order.py",
+    "test_matmul.py",
+    "test_ggml_attention.py",
+)
 PATHS = ("portable", "avx2", "avx512", "avx512-vnni")
 
 
@@ -82,7 +96,7 @@ def recipe(path: str) -> tuple[dict[str, str], list[str]] | str:
         return "a PYLLAMA_PORTABLE=1 install: the default run tests the portable path, and no other is built"
     if path == simd_path():
         return f"this build's own path ({path}): the default run's kernel tests check it"
-    if not all((PACKAGE / "kernels" / f"{m}.c").exists() for m in MODULES):
+    if not all((PACKAGE / f"{m}.c").exists() for m in MODULES):
         return "the generated C of the kernel modules is not in the checkout (a non-editable install)"
     if path == "portable":
         return {"PYLLAMA_PORTABLE": "1"}, []
@@ -102,9 +116,10 @@ def recipe(path: str) -> tuple[dict[str, str], list[str]] | str:
 def compile_module(module: str, env: dict[str, str], extra: list[str], out_dir: Path) -> None:
     cfg = build_config.build_config(compiler_command(), env)
     target = out_dir / f"{module}{sysconfig.get_config_var('EXT_SUFFIX')}"
+    source = PACKAGE / f"{module}.c"
     includes = [PACKAGE / "kernels", np.get_include(), sysconfig.get_paths()["include"]]
     argv = [*compiler_command(), "-shared", "-fPIC", *cfg.compile_args, *extra, *(f"-I{d}" for d in includes)]
-    argv += [str(PACKAGE / "kernels" / f"{module}.c"), "-o", str(target), *cfg.link_args]
+    argv += [str(source), "-o", str(target), *cfg.link_args]
     proc = subprocess.run(argv, capture_output=True, text=True)
     assert proc.returncode == 0, f"{module} did not compile with {env} {extra}:\n{proc.stderr[-3000:]}"
 
@@ -118,7 +133,7 @@ def test_each_simd_path_gives_the_kernel_tests_bits(path, tmp_path):
     copy = tmp_path / "pyllama"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("*.c", "__pycache__"), symlinks=True)
     with ThreadPoolExecutor(max_workers=len(MODULES)) as pool:
-        list(pool.map(lambda m: compile_module(m, env_switches, extra, copy / "kernels"), MODULES))
+        list(pool.map(lambda m: compile_module(m, env_switches, extra, copy), MODULES))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "tests")])}
     probe_code = "import pyllama.kernels.qproduct as q; print(q.__file__); print(q.simd_path())"
     probe = subprocess.run([sys.executable, "-c", probe_code], env=env, capture_output=True, text=True, cwd=tmp_path)

@@ -66,6 +66,45 @@ static inline void pyllama_ggml_lane_chunk(float* lanes, const float* w, const f
     }
 }
 
+/* out[i] = pyllama_ggml_reduce32(lanes + i, stride) for i < count. With AVX2, 8 outputs side by side:
+   every addition is elementwise, so each output gets exactly the scalar form's additions (a head of 64
+   spends more in the 64 scalar reductions, 31 additions and 32 strided loads each, than in its
+   weighted sum below 256 rows) */
+static inline void pyllama_ggml_reduce_lanes(float* out, const float* lanes, ptrdiff_t stride, int count) {
+    int i = 0;
+#if defined(__AVX512F__)
+    /* the same, 16 outputs side by side */
+    for (; i + 16 <= count; i += 16) {
+        const float* a = lanes + i;
+        __m512 y[8];
+        for (int e = 0; e < 8; e++)
+            y[e] = _mm512_add_ps(_mm512_add_ps(_mm512_loadu_ps(a + e * stride),
+                                               _mm512_loadu_ps(a + (16 + e) * stride)),
+                                 _mm512_add_ps(_mm512_loadu_ps(a + (8 + e) * stride),
+                                               _mm512_loadu_ps(a + (24 + e) * stride)));
+        const __m512 t0 = _mm512_add_ps(y[0], y[4]), t1 = _mm512_add_ps(y[1], y[5]);
+        const __m512 t2 = _mm512_add_ps(y[2], y[6]), t3 = _mm512_add_ps(y[3], y[7]);
+        _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_add_ps(t0, t1), _mm512_add_ps(t2, t3)));
+    }
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; i + 8 <= count; i += 8) {
+        const float* a = lanes + i;
+        __m256 y[8];
+        for (int e = 0; e < 8; e++)
+            y[e] = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(a + e * stride),
+                                               _mm256_loadu_ps(a + (16 + e) * stride)),
+                                 _mm256_add_ps(_mm256_loadu_ps(a + (8 + e) * stride),
+                                               _mm256_loadu_ps(a + (24 + e) * stride)));
+        const __m256 t0 = _mm256_add_ps(y[0], y[4]), t1 = _mm256_add_ps(y[1], y[5]);
+        const __m256 t2 = _mm256_add_ps(y[2], y[6]), t3 = _mm256_add_ps(y[3], y[7]);
+        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
+    }
+#endif
+    for (; i < count; i++)
+        out[i] = pyllama_ggml_reduce32(lanes + i, stride);
+}
+
 static inline void pyllama_ggml_weighted_rows(float* out, const float* w, const float* const* vp, const float* base,
                                               ptrdiff_t stride, long n, int hd, float* lanes) {
     for (int d0 = 0; d0 < hd; d0 += 64) {
@@ -73,26 +112,7 @@ static inline void pyllama_ggml_weighted_rows(float* out, const float* w, const 
         for (int l = 0; l < 32; l++)
             pyllama_ggml_lane_chunk(lanes, w, vp, base, stride, n, hd, l, d0, m);
     }
-    int i = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    /* pyllama_ggml_reduce32 of outputs i .. i + 7 side by side: every addition is elementwise, so each
-       output gets exactly the scalar form's additions (a head of 64 spends more in the 64 scalar
-       reductions, 31 additions and 32 strided loads each, than in its weighted sum below 256 rows) */
-    for (; i + 8 <= hd; i += 8) {
-        const float* a = lanes + i;
-        __m256 y[8];
-        for (int e = 0; e < 8; e++)
-            y[e] = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(a + (ptrdiff_t)e * hd),
-                                               _mm256_loadu_ps(a + (ptrdiff_t)(16 + e) * hd)),
-                                 _mm256_add_ps(_mm256_loadu_ps(a + (ptrdiff_t)(8 + e) * hd),
-                                               _mm256_loadu_ps(a + (ptrdiff_t)(24 + e) * hd)));
-        const __m256 t0 = _mm256_add_ps(y[0], y[4]), t1 = _mm256_add_ps(y[1], y[5]);
-        const __m256 t2 = _mm256_add_ps(y[2], y[6]), t3 = _mm256_add_ps(y[3], y[7]);
-        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3)));
-    }
-#endif
-    for (; i < hd; i++)
-        out[i] = pyllama_ggml_reduce32(lanes + i, hd);
+    pyllama_ggml_reduce_lanes(out, lanes, hd, hd);
 }
 
 #if defined(__AVX2__) && defined(__FMA__)

@@ -5,7 +5,10 @@ import numpy as np
 from pyllama.config import ModelConfig
 
 def attend_one_head(
-    q: np.ndarray, keys: np.ndarray, values: np.ndarray, bias: np.ndarray | None = None
+    q: np.ndarray, keys: np.ndarray, values: np.ndarray, bias: np.ndarray | None = None, arithmetic: str = "run.c"
+) -> np.ndarray: ...
+def attend_head_block(
+    q: np.ndarray, keys: np.ndarray, values: np.ndarray, n: int, arithmetic: str = "run.c"
 ) -> np.ndarray: ...
 def attend_rows(
     config: ModelConfig,

@@ -28,7 +28,9 @@ there can flip an int8 rounding when the output projection quantises the row. Pe
 
 (llama.cpp multiplies the transposed value cache by the weights; pyllama keeps values by row, builds
 the 32 lanes of every output element one lane at a time in registers, ``ggml_attend.h``, and keeps
-them in ``lanes``, [32, head_dim] floats per head, for the reduction.)
+them in ``lanes``, [32, head_dim] floats per head, for the reduction. A block's queries take their
+weighted sums four at a time, ``ggml_attend_group.h``: the same chains, one read of a value row for
+the four.)
 """
 
 from libc.math cimport sqrtf
@@ -53,6 +55,11 @@ cdef extern from "ggml_attend.h":
                                     Py_ssize_t stride, long n, int hd, float* lanes) nogil
     void pyllama_ggml_scores(float* scores, const float* q, const float* const* kp, const float* base,
                              Py_ssize_t stride, long n, int hd, float scale) nogil
+
+cdef extern from "ggml_attend_group.h":
+    int PYLLAMA_GROUP_QUERIES
+    void pyllama_ggml_weighted_group(float* out, Py_ssize_t out_stride, const float* w, Py_ssize_t w_stride,
+                                     const float* base, Py_ssize_t stride, long n0, int g, int hd) nogil
 
 
 # The arithmetic of both routines, once: a row's score, and a value row added to an output with its
@@ -109,12 +116,12 @@ cdef void attend_head(const float* q, const float** keys, const float** values, 
 
 cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
                            Py_ssize_t stride, long long n, Py_ssize_t m, int head_dim, float* scores,
-                           Py_ssize_t score_stride, float* out, Py_ssize_t out_stride, int arithmetic,
-                           float* lanes) noexcept nogil:
+                           Py_ssize_t score_stride, float* out, Py_ssize_t out_stride,
+                           int arithmetic) noexcept nogil:
     """Queries j < m (q + j * q_stride) over rows 0 .. n + j - 1 (keys/values + t * stride); out j at
-    out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch; lanes: [32, head_dim]
-    scratch of llama.cpp's arithmetic, which scores the queries tile by tile like the rest and then
-    takes their softmax and weighted sums one query after another."""
+    out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch. llama.cpp's arithmetic
+    scores the queries tile by tile like the rest, takes each query's softmax, then the weighted
+    sums of groups of queries (ggml_attend_group.h, whose lanes live on the stack)."""
     cdef long long t, c, t0, t1, end, total = n + m - 1
     cdef Py_ssize_t j, i
     cdef float* sc
@@ -138,11 +145,15 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
                 for t in range(t0, end):
                     sc[t] = row_score(q + j * q_stride, keys + t * stride, head_dim, scale)
     if ggml:
-        # attend_ggml's softmax and weighted sum, one query after another
+        # attend_ggml's softmax per query, then its weighted sums a group of queries at a time (the same
+        # chains, one read of each value row for the group)
         for j in range(m):
-            sc = scores + j * score_stride
-            pyllama_ggml_softmax(sc, n + j)
-            pyllama_ggml_weighted_rows(out + j * out_stride, sc, NULL, values, stride, n + j, head_dim, lanes)
+            pyllama_ggml_softmax(scores + j * score_stride, n + j)
+        for c in range((m + PYLLAMA_GROUP_QUERIES - 1) // PYLLAMA_GROUP_QUERIES):
+            j = c * PYLLAMA_GROUP_QUERIES
+            pyllama_ggml_weighted_group(out + j * out_stride, out_stride, scores + j * score_stride, score_stride,
+                                        values, stride, n + j, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
+                                        head_dim)
         return
     for j in range(m):
         softmax(scores + j * score_stride, n + j)
@@ -188,6 +199,27 @@ def attend_one_head(const float[::1] q, const float[:, ::1] keys, const float[:,
     cdef int arith = arithmetic_code(arithmetic)
     attend_head(&q[0], <const float**>&kpv[0], <const float**>&vpv[0], bptr, n, hd, &sv[0], &ov[0], arith,
                 &lv[0])
+    return out
+
+
+def attend_head_block(const float[:, ::1] q, const float[:, ::1] keys, const float[:, ::1] values, long long n,
+                      arithmetic="run.c"):
+    """``attend_head_rows`` on numpy arrays (for tests): query j of q [m, head_dim] attends rows
+    0 .. n + j - 1 of keys/values [n + m - 1 or more, head_dim]; returns out [m, head_dim]."""
+    cdef Py_ssize_t m = q.shape[0]
+    cdef int hd = q.shape[1]
+    if m == 0 or n < 1 or keys.shape[0] < n + m - 1 or keys.shape[1] != hd or values.shape[0] != keys.shape[0] \
+            or values.shape[1] != hd:
+        raise ValueError("attend_head_block: q [m >= 1, head_dim], keys and values [n + m - 1 or more, head_dim], "
+                         "n >= 1")
+    # the scratch starts as NaN, as stale as the engine's: a score read beyond a query's rows shows
+    scores = np.full((m, n + m - 1), np.nan, dtype=np.float32)
+    out = np.zeros((m, hd), dtype=np.float32)
+    cdef float[:, ::1] sv = scores
+    cdef float[:, ::1] ov = out
+    cdef int arith = arithmetic_code(arithmetic)
+    attend_head_rows(&q[0, 0], hd, &keys[0, 0], &values[0, 0], hd, n, m, hd, &sv[0, 0], n + m - 1, &ov[0, 0], hd,
+                     arith)
     return out
 
 
