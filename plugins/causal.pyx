@@ -17,7 +17,7 @@ from cython.parallel cimport prange
 
 from pyllama.attention.base cimport threads_for
 from pyllama.attention.dense cimport DenseAttention
-from pyllama.attention.head cimport attend_head_rows
+from pyllama.attention.head cimport GGML_LANES, attend_head_rows
 
 from pyllama.attention.dense import POSITIONS
 from pyllama.attention.memory import require_memory
@@ -80,5 +80,5 @@ cdef class Causal(DenseAttention):
                 attend_head_rows(q + j0 * q_dim + h * hd, q_dim, self.keys + off, self.values + off, self.row_floats,
                                  pos + j0 + 1, min(<Py_ssize_t>QUERIES, n - j0), hd,
                                  self.scores + h * self.score_rows, P, out + j0 * q_dim + h * hd, q_dim,
-                                 self.arithmetic)
+                                 self.arithmetic, self.lanes + h * GGML_LANES * hd)
         return 0

@@ -12,26 +12,9 @@
 #define PYLLAMA_GGML_ATTEND_GROUP_H
 #include <stddef.h>
 #include "ggml_attend.h"
+#include "ggml_vectors.h"
 
 #define PYLLAMA_GROUP_QUERIES 4
-
-#if defined(__AVX512F__) && defined(__FMA__)
-#define PYLLAMA_GV __m512
-#define PYLLAMA_GV_WIDTH 16
-#define PYLLAMA_GV_ZERO() _mm512_setzero_ps()
-#define PYLLAMA_GV_LOAD(p) _mm512_loadu_ps(p)
-#define PYLLAMA_GV_STORE(p, a) _mm512_storeu_ps(p, a)
-#define PYLLAMA_GV_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define PYLLAMA_GV_SET1(x) _mm512_set1_ps(x)
-#elif defined(__AVX2__) && defined(__FMA__)
-#define PYLLAMA_GV __m256
-#define PYLLAMA_GV_WIDTH 8
-#define PYLLAMA_GV_ZERO() _mm256_setzero_ps()
-#define PYLLAMA_GV_LOAD(p) _mm256_loadu_ps(p)
-#define PYLLAMA_GV_STORE(p, a) _mm256_storeu_ps(p, a)
-#define PYLLAMA_GV_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define PYLLAMA_GV_SET1(x) _mm256_set1_ps(x)
-#endif
 
 /* columns per chunk: two vectors per query, so a group of 4 keeps 8 chains in flight */
 #ifdef PYLLAMA_GV
@@ -52,7 +35,11 @@ static inline __attribute__((always_inline)) void pyllama_group_lane_vectors(
     for (; t < n0; t += 32) {
         const float* v = base + t * stride + d0;
         PYLLAMA_GV x[2];
-        for (int k = 0; k < nv; k++) x[k] = PYLLAMA_GV_LOAD(v + k * PYLLAMA_GV_WIDTH);
+        for (int k = 0; k < nv; k++) {
+            x[k] = PYLLAMA_GV_LOAD(v + k * PYLLAMA_GV_WIDTH);
+            /* keep the row in a register: gcc otherwise folds the load into each query's FMA */
+            __asm__("" : "+v"(x[k]));
+        }
         for (int j = 0; j < g; j++) {
             const PYLLAMA_GV b = PYLLAMA_GV_SET1(w[j * w_stride + t]);
             for (int k = 0; k < nv; k++) a[j][k] = PYLLAMA_GV_FMA(x[k], b, a[j][k]);

@@ -56,6 +56,11 @@ cdef extern from "ggml_attend.h":
     void pyllama_ggml_scores(float* scores, const float* q, const float* const* kp, const float* base,
                              Py_ssize_t stride, long n, int hd, float scale) nogil
 
+cdef extern from "ggml_scores_tile.h":
+    void pyllama_ggml_scores_block(float* scores, Py_ssize_t score_stride, const float* q, Py_ssize_t q_stride,
+                                   const float* keys, Py_ssize_t stride, long n, long m, int hd, float scale,
+                                   float* kt) nogil
+
 cdef extern from "ggml_attend_group.h":
     int PYLLAMA_GROUP_QUERIES
     void pyllama_ggml_weighted_group(float* out, Py_ssize_t out_stride, const float* w, Py_ssize_t w_stride,
@@ -116,12 +121,13 @@ cdef void attend_head(const float* q, const float** keys, const float** values, 
 
 cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
                            Py_ssize_t stride, long long n, Py_ssize_t m, int head_dim, float* scores,
-                           Py_ssize_t score_stride, float* out, Py_ssize_t out_stride,
-                           int arithmetic) noexcept nogil:
+                           Py_ssize_t score_stride, float* out, Py_ssize_t out_stride, int arithmetic,
+                           float* lanes) noexcept nogil:
     """Queries j < m (q + j * q_stride) over rows 0 .. n + j - 1 (keys/values + t * stride); out j at
-    out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch. llama.cpp's arithmetic
-    scores the queries tile by tile like the rest, takes each query's softmax, then the weighted
-    sums of groups of queries (ggml_attend_group.h, whose lanes live on the stack)."""
+    out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch; lanes: [32, head_dim]
+    scratch of llama.cpp's arithmetic, which scores the queries over tiles of 32 keys transposed
+    into lanes (ggml_scores_tile.h), takes each query's softmax, then the weighted sums of groups
+    of queries (ggml_attend_group.h)."""
     cdef long long t, c, t0, t1, end, total = n + m - 1
     cdef Py_ssize_t j, i
     cdef float* sc
@@ -129,22 +135,8 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
     cdef bint ggml = arithmetic == ARITH_GGML
     # run.c divides a score by sqrt(head_dim), llama.cpp multiplies it by 1 / sqrt(head_dim)
     cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
-    # the scores, tile by tile for all queries: a tile of keys is read once for the block (a score is
-    # its row's and its query's alone, whatever rows are computed beside it)
-    for c in range((total + ROW_TILE - 1) // ROW_TILE):
-        t0 = c * ROW_TILE
-        t1 = min(t0 + ROW_TILE, total)
-        for j in range(m):
-            sc = scores + j * score_stride
-            end = min(t1, n + j)
-            if ggml:
-                if end > t0:
-                    pyllama_ggml_scores(sc + t0, q + j * q_stride, NULL, keys + t0 * stride, stride, end - t0,
-                                        head_dim, scale)
-            else:
-                for t in range(t0, end):
-                    sc[t] = row_score(q + j * q_stride, keys + t * stride, head_dim, scale)
     if ggml:
+        pyllama_ggml_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes)
         # attend_ggml's softmax per query, then its weighted sums a group of queries at a time (the same
         # chains, one read of each value row for the group)
         for j in range(m):
@@ -155,6 +147,15 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
                                         values, stride, n + j, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
                                         head_dim)
         return
+    # the scores, tile by tile for all queries: a tile of keys is read once for the block (a score is
+    # its row's and its query's alone, whatever rows are computed beside it)
+    for c in range((total + ROW_TILE - 1) // ROW_TILE):
+        t0 = c * ROW_TILE
+        t1 = min(t0 + ROW_TILE, total)
+        for j in range(m):
+            sc = scores + j * score_stride
+            for t in range(t0, min(t1, n + j)):
+                sc[t] = row_score(q + j * q_stride, keys + t * stride, head_dim, scale)
     for j in range(m):
         softmax(scores + j * score_stride, n + j)
         o = out + j * out_stride
@@ -215,11 +216,13 @@ def attend_head_block(const float[:, ::1] q, const float[:, ::1] keys, const flo
     # the scratch starts as NaN, as stale as the engine's: a score read beyond a query's rows shows
     scores = np.full((m, n + m - 1), np.nan, dtype=np.float32)
     out = np.zeros((m, hd), dtype=np.float32)
+    lanes = np.full(GGML_LANES * hd, np.nan, dtype=np.float32)
     cdef float[:, ::1] sv = scores
     cdef float[:, ::1] ov = out
+    cdef float[::1] lv = lanes
     cdef int arith = arithmetic_code(arithmetic)
     attend_head_rows(&q[0, 0], hd, &keys[0, 0], &values[0, 0], hd, n, m, hd, &sv[0, 0], n + m - 1, &ov[0, 0], hd,
-                     arith)
+                     arith, &lv[0])
     return out
 
 
