@@ -10,11 +10,12 @@ is what makes "max |Δlogit| = 0" a meaningful test of a degenerate setting.
     out = Σ_t a_t v_t                                    (t ascending)
 
 ``attend_head_rows`` is the same routine for several queries of one head over contiguous rows (a
-dense cache, in a block of positions): query j attends rows 0 .. n + j - 1. It visits the rows in
-tiles shared by the queries, so a tile of keys and values is read from memory once for all of them
-instead of once per query, and performs, for each query, exactly the operations of ``attend_head``
-in the same order (the same ``dot_f32``, division, ``softmax`` and ascending sum per output element):
-the same bits, as the block tests check against one position at a time.
+dense cache, in a block of positions): query j attends rows 0 .. n + j - 1. It scores tiles of keys
+shared by the queries, transposed so that a vector holds one lane of many rows, and sums the values
+for four queries at a time with their outputs in registers, and performs, for each query, exactly
+the operations of ``attend_head`` in the same order (the same dot product lanes and reduction,
+division, softmax and ascending sum per output element): the same bits, as the block tests and
+test_ggml_attention check against one position at a time.
 
 GGUF models (``ModelConfig.arithmetic == "ggml"``) attend in llama.cpp's arithmetic instead, so that
 pyllama's attention output carries the bits of llama.cpp's CPU backend (f32 K/V cache, no flash
@@ -35,7 +36,7 @@ the four.)
 
 from libc.math cimport sqrtf
 
-from pyllama.kernels.elementwise cimport ARITH_GGML, arithmetic_code, arithmetic_of, softmax
+from pyllama.kernels.elementwise cimport ARITH_GGML, arithmetic_code, arithmetic_of, softmax, softmax4
 from pyllama.kernels.matvec cimport dot_f32
 
 import numpy as np
@@ -56,10 +57,15 @@ cdef extern from "ggml_attend.h":
     void pyllama_ggml_scores(float* scores, const float* q, const float* const* kp, const float* base,
                              Py_ssize_t stride, long n, int hd, float scale) nogil
 
-cdef extern from "ggml_scores_tile.h":
-    void pyllama_ggml_scores_block(float* scores, Py_ssize_t score_stride, const float* q, Py_ssize_t q_stride,
-                                   const float* keys, Py_ssize_t stride, long n, long m, int hd, float scale,
-                                   float* kt) nogil
+cdef extern from "scores_tile.h":
+    bint PYLLAMA_BLOCK_VECTORS
+    void pyllama_scores_block(float* scores, Py_ssize_t score_stride, const float* q, Py_ssize_t q_stride,
+                              const float* keys, Py_ssize_t stride, long n, long m, int hd, float scale, float* kt,
+                              int ggml) nogil
+
+cdef extern from "runc_attend_group.h":
+    void pyllama_runc_weighted_group(float* out, Py_ssize_t out_stride, const float* w, Py_ssize_t w_stride,
+                                     const float* base, Py_ssize_t stride, long n0, int g, int hd) nogil
 
 cdef extern from "ggml_attend_group.h":
     int PYLLAMA_GROUP_QUERIES
@@ -125,9 +131,12 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
                            float* lanes) noexcept nogil:
     """Queries j < m (q + j * q_stride) over rows 0 .. n + j - 1 (keys/values + t * stride); out j at
     out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch; lanes: [32, head_dim]
-    scratch of llama.cpp's arithmetic, which scores the queries over tiles of 32 keys transposed
-    into lanes (ggml_scores_tile.h), takes each query's softmax, then the weighted sums of groups
-    of queries (ggml_attend_group.h)."""
+    scratch. Where the build has vectors (AVX2 or AVX-512), the scores come from tiles of 32 keys
+    transposed into lanes (scores_tile.h; pyllama's order for head sizes that are multiples of 16),
+    then each query's softmax (pyllama's four at a time, softmax4), then the weighted sums of groups
+    of four queries in registers (ggml_attend_group.h, runc_attend_group.h). The portable build
+    scores pyllama's order tile by tile below and adds each value row through memory. Every route
+    gives each query the operations of attend_head, in its order."""
     cdef long long t, c, t0, t1, end, total = n + m - 1
     cdef Py_ssize_t j, i
     cdef float* sc
@@ -135,8 +144,10 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
     cdef bint ggml = arithmetic == ARITH_GGML
     # run.c divides a score by sqrt(head_dim), llama.cpp multiplies it by 1 / sqrt(head_dim)
     cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
+    cdef bint scored = ggml or (PYLLAMA_BLOCK_VECTORS and head_dim % 16 == 0)
+    if scored:
+        pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes, ggml)
     if ggml:
-        pyllama_ggml_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes)
         # attend_ggml's softmax per query, then its weighted sums a group of queries at a time (the same
         # chains, one read of each value row for the group)
         for j in range(m):
@@ -147,15 +158,31 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
                                         values, stride, n + j, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
                                         head_dim)
         return
-    # the scores, tile by tile for all queries: a tile of keys is read once for the block (a score is
-    # its row's and its query's alone, whatever rows are computed beside it)
-    for c in range((total + ROW_TILE - 1) // ROW_TILE):
-        t0 = c * ROW_TILE
-        t1 = min(t0 + ROW_TILE, total)
-        for j in range(m):
-            sc = scores + j * score_stride
-            for t in range(t0, min(t1, n + j)):
-                sc[t] = row_score(q + j * q_stride, keys + t * stride, head_dim, scale)
+    # pyllama's order: the scores tile by tile for all queries, a tile of keys read once for the block
+    # (a score is its row's and its query's alone, whatever rows are computed beside it), unless the
+    # transposed tiles gave them
+    if not scored:
+        for c in range((total + ROW_TILE - 1) // ROW_TILE):
+            t0 = c * ROW_TILE
+            t1 = min(t0 + ROW_TILE, total)
+            for j in range(m):
+                sc = scores + j * score_stride
+                for t in range(t0, min(t1, n + j)):
+                    sc[t] = row_score(q + j * q_stride, keys + t * stride, head_dim, scale)
+    if PYLLAMA_BLOCK_VECTORS:
+        # a group of queries at a time: the softmax of four side by side, then the weighted sums in
+        # registers
+        for c in range((m + PYLLAMA_GROUP_QUERIES - 1) // PYLLAMA_GROUP_QUERIES):
+            j = c * PYLLAMA_GROUP_QUERIES
+            if m - j >= 4:
+                softmax4(scores + j * score_stride, score_stride, n + j)
+            else:
+                for i in range(j, m):
+                    softmax(scores + i * score_stride, n + i)
+            pyllama_runc_weighted_group(out + j * out_stride, out_stride, scores + j * score_stride, score_stride,
+                                        values, stride, n + j, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
+                                        head_dim)
+        return
     for j in range(m):
         softmax(scores + j * score_stride, n + j)
         o = out + j * out_stride

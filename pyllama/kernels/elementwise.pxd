@@ -14,6 +14,7 @@ cdef float fast_expf(float x) noexcept nogil
 cdef void exp_inplace(float* x, Py_ssize_t n) noexcept nogil
 cdef void rmsnorm(float* out, const float* x, const float* weight, Py_ssize_t n, float eps) noexcept nogil
 cdef void softmax(float* x, Py_ssize_t n) noexcept nogil
+cdef void softmax4(float* x, Py_ssize_t stride, Py_ssize_t n0) noexcept nogil
 cdef void swiglu(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil
 cdef void rmsnorm_ggml(float* out, const float* x, const float* weight, Py_ssize_t n, float eps) noexcept nogil
 cdef void swiglu_ggml(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil

@@ -1,15 +1,15 @@
-/* The scores of a block's queries in llama.cpp's arithmetic, pyllama_ggml_dot_f32(key t, query) * scale
- * (ggml_vec_dot_f32's 32 lanes, their reduction, then the head size's remainder in order), computed
- * across rows instead of along them. A tile of 32 key rows is transposed once for all the queries,
- * kt[(g * hd + i) * W + k] = element i of row g * W + k (W = the vector width), so that one vector
- * holds one lane of W rows: lane l of W scores is a chain of FMAs over kt[l], kt[l + 32], ...;
- * ggml's reduction of the 32 lanes, (l_e + l_(16+e)) + (l_(8+e) + l_(24+e)), then the halves and the
- * last two steps, is elementwise across the rows; and the remainder's fused chain continues on the W
- * rows side by side. Every score gets exactly the operations of pyllama_ggml_dot_f32, so the same bits,
- * while a head of 64 spends 64 FMAs and 31 additions per W scores, where one row at a time spent 8
- * FMAs and a reduction of 32 lanes across registers per score. */
-#ifndef PYLLAMA_GGML_SCORES_TILE_H
-#define PYLLAMA_GGML_SCORES_TILE_H
+/* The scores of a block's queries computed across rows instead of along them, in either arithmetic:
+ * llama.cpp's, pyllama_ggml_dot_f32(key t, query) * scale (ggml_vec_dot_f32's 32 lanes, their
+ * reduction, then the head size's remainder in order), and pyllama's own (run.c's), pyllama_dot_f32(
+ * query, key t) / scale (16 lanes, 16 -> 4 -> 1, then the remainder). A tile of 32 key rows is
+ * transposed once for all the queries, kt[(g * hd + i) * W + k] = element i of row g * W + k (W = the
+ * vector width), so that one vector holds one lane of W rows: lane l of W scores is a chain of FMAs
+ * over kt[l], kt[l + 32 (or 16)], ...; the lanes' reduction is elementwise across the rows; and the
+ * remainder's fused chain continues on the W rows side by side. Every score gets exactly the operations
+ * of its dot product, so the same bits, while a head of 64 spends 64 FMAs and 15 or 31 additions per W
+ * scores, where one row at a time spent 4 to 8 FMAs and a reduction across registers per score. */
+#ifndef PYLLAMA_SCORES_TILE_H
+#define PYLLAMA_SCORES_TILE_H
 #include <stddef.h>
 #include <string.h>
 #include "ggml_attend.h"
@@ -52,6 +52,15 @@ static inline __attribute__((always_inline)) PYLLAMA_GV pyllama_key_lane(const f
     return a;
 }
 
+/* lane u of W rows in pyllama's order: a fused chain over elements u, u + 16, ... below n_main, from zero */
+static inline __attribute__((always_inline)) PYLLAMA_GV pyllama_key_lane16(const float* ktg, const float* q,
+                                                                            int n_main, int u) {
+    PYLLAMA_GV a = PYLLAMA_GV_ZERO();
+    for (int i = u; i < n_main; i += 16)
+        a = PYLLAMA_GV_FMA(PYLLAMA_GV_SET1(q[i]), PYLLAMA_GV_LOAD(ktg + (ptrdiff_t)i * PYLLAMA_W), a);
+    return a;
+}
+
 /* pyllama_ggml_reduce32's y_e = (l_e + l_(16+e)) + (l_(8+e) + l_(24+e)) */
 #define PYLLAMA_KEY_Y(e)                                                                              \
     PYLLAMA_GV_ADD(PYLLAMA_GV_ADD(pyllama_key_lane(ktg, q, np, e), pyllama_key_lane(ktg, q, np, 16 + e)), \
@@ -72,18 +81,40 @@ static inline __attribute__((always_inline)) PYLLAMA_GV pyllama_scores_w(const f
 }
 #undef PYLLAMA_KEY_Y
 
+/* pyllama's order (f32dot.h's pyllama_dot_f32 of the query and W rows), divided by scale, for a head size
+   that is a multiple of 16: lane u a chain over elements u, u + 16, ..., then (l_u + l_(u+4)) +
+   (l_(u+8) + l_(u+12)) and (l_0 + l_2) + (l_1 + l_3). (That dot leaves the products past the last
+   multiple of 16 to the compiler, which multiplies some of them as a vector and fuses others into the
+   additions: head.pyx scores other head sizes one row at a time, with the dot itself.) */
+static inline __attribute__((always_inline)) PYLLAMA_GV pyllama_runc_scores_w(const float* ktg, const float* q, int hd,
+                                                                               float scale, const int n_main) {
+#define PYLLAMA_KEY_L4(u)                                                                             \
+    PYLLAMA_GV_ADD(PYLLAMA_GV_ADD(pyllama_key_lane16(ktg, q, n_main, u), pyllama_key_lane16(ktg, q, n_main, u + 4)), \
+                   PYLLAMA_GV_ADD(pyllama_key_lane16(ktg, q, n_main, u + 8), pyllama_key_lane16(ktg, q, n_main, u + 12)))
+    const PYLLAMA_GV l0 = PYLLAMA_KEY_L4(0), l1 = PYLLAMA_KEY_L4(1), l2 = PYLLAMA_KEY_L4(2), l3 = PYLLAMA_KEY_L4(3);
+#undef PYLLAMA_KEY_L4
+    (void)hd;
+    return PYLLAMA_GV_DIV(PYLLAMA_GV_ADD(PYLLAMA_GV_ADD(l0, l2), PYLLAMA_GV_ADD(l1, l3)), PYLLAMA_GV_SET1(scale));
+}
+
 /* out[t] for the tile's first count rows (count <= 32) */
 static inline void pyllama_scores_from_tile(float* out, const float* q, const float* kt, long count, int hd,
-                                            float scale) {
-    const int np = hd & ~31;
+                                            float scale, int ggml) {
+    const int np = ggml ? hd & ~31 : hd - hd % 16;
     for (long g = 0; g * PYLLAMA_W < count; g++) {
         const float* ktg = kt + g * hd * PYLLAMA_W;
         PYLLAMA_GV s;
-        switch (np) { /* head sizes 32-63, 64-95 (the llama2.c and SmolLM2 shapes), 128 */
+        /* the lanes' chains unrolled for the common head sizes: 48 (np 32 or 48), 64, 128 */
+        switch (ggml ? np : -np) {
             case 32: s = pyllama_scores_w(ktg, q, hd, scale, 32); break;
             case 64: s = pyllama_scores_w(ktg, q, hd, scale, 64); break;
             case 128: s = pyllama_scores_w(ktg, q, hd, scale, 128); break;
-            default: s = pyllama_scores_w(ktg, q, hd, scale, np); break;
+            case -48: s = pyllama_runc_scores_w(ktg, q, hd, scale, 48); break;
+            case -64: s = pyllama_runc_scores_w(ktg, q, hd, scale, 64); break;
+            case -128: s = pyllama_runc_scores_w(ktg, q, hd, scale, 128); break;
+            default:
+                s = ggml ? pyllama_scores_w(ktg, q, hd, scale, np) : pyllama_runc_scores_w(ktg, q, hd, scale, np);
+                break;
         }
         const long left = count - g * PYLLAMA_W;
         if (left >= PYLLAMA_W) {
@@ -98,12 +129,13 @@ static inline void pyllama_scores_from_tile(float* out, const float* q, const fl
 #undef PYLLAMA_W
 #endif
 
-/* scores[j * score_stride + t] = pyllama_ggml_dot_f32(keys + t * stride, q + j * q_stride, hd) * scale for
-   queries j < m and rows t < n + j; kt: [32, hd] scratch (unused by the portable build, which scores one
-   row at a time) */
-static inline void pyllama_ggml_scores_block(float* scores, ptrdiff_t score_stride, const float* q, ptrdiff_t q_stride,
-                                             const float* keys, ptrdiff_t stride, long n, long m, int hd, float scale,
-                                             float* kt) {
+/* scores[j * score_stride + t] for queries j < m and rows t < n + j: pyllama_ggml_dot_f32(keys + t * stride,
+   q + j * q_stride, hd) * scale when ggml, else pyllama_dot_f32(q + j * q_stride, keys + t * stride, hd) /
+   scale (hd a multiple of 16); kt: [32, hd] scratch. The portable build has no vector type: it scores
+   llama.cpp's order one row at a time here, and pyllama's in head.pyx. */
+static inline void pyllama_scores_block(float* scores, ptrdiff_t score_stride, const float* q, ptrdiff_t q_stride,
+                                        const float* keys, ptrdiff_t stride, long n, long m, int hd, float scale,
+                                        float* kt, int ggml) {
     const long total = n + m - 1;
     for (long t0 = 0; t0 < total; t0 += PYLLAMA_KEY_TILE) {
         const long t1 = total - t0 < PYLLAMA_KEY_TILE ? total : t0 + PYLLAMA_KEY_TILE;
@@ -112,11 +144,12 @@ static inline void pyllama_ggml_scores_block(float* scores, ptrdiff_t score_stri
         pyllama_transpose_keys(kt, keys + t0 * stride, stride, (int)(t1 - t0), hd);
 #else
         (void)kt;
+        (void)ggml;
 #endif
         for (long j = j0; j < m; j++) {
             const long end = t1 < n + j ? t1 : n + j;
 #ifdef PYLLAMA_GV
-            pyllama_scores_from_tile(scores + j * score_stride + t0, q + j * q_stride, kt, end - t0, hd, scale);
+            pyllama_scores_from_tile(scores + j * score_stride + t0, q + j * q_stride, kt, end - t0, hd, scale, ggml);
 #else
             pyllama_ggml_scores(scores + j * score_stride + t0, q + j * q_stride, NULL, keys + t0 * stride, stride,
                                 end - t0, hd, scale);
