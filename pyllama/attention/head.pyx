@@ -144,9 +144,16 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
     cdef bint ggml = arithmetic == ARITH_GGML
     # run.c divides a score by sqrt(head_dim), llama.cpp multiplies it by 1 / sqrt(head_dim)
     cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
-    cdef bint scored = ggml or (PYLLAMA_BLOCK_VECTORS and head_dim % 16 == 0)
+    # the transposed tiles pay for themselves from about four queries on: fewer (a diff's live side with
+    # a ledger attends one position at a time) are scored row by row
+    cdef bint scored = m >= PYLLAMA_GROUP_QUERIES and (ggml or (PYLLAMA_BLOCK_VECTORS and head_dim % 16 == 0))
     if scored:
         pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes, ggml)
+    elif ggml:
+        for j in range(m):
+            pyllama_ggml_scores(scores + j * score_stride, q + j * q_stride, NULL, keys, stride, n + j, head_dim,
+                                scale)
+        scored = True
     if ggml:
         # attend_ggml's softmax per query, then its weighted sums a group of queries at a time (the same
         # chains, one read of each value row for the group)
