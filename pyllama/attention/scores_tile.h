@@ -1,13 +1,14 @@
 /* The scores of a block's queries computed across rows instead of along them, in either arithmetic:
  * llama.cpp's, pyllama_ggml_dot_f32(key t, query) * scale (ggml_vec_dot_f32's 32 lanes, their
- * reduction, then the head size's remainder in order), and pyllama's own (run.c's), pyllama_dot_f32(
- * query, key t) / scale (16 lanes, 16 -> 4 -> 1, then the remainder). A tile of 32 key rows is
- * transposed once for all the queries, kt[(g * hd + i) * W + k] = element i of row g * W + k (W = the
- * vector width), so that one vector holds one lane of W rows: lane l of W scores is a chain of FMAs
- * over kt[l], kt[l + 32 (or 16)], ...; the lanes' reduction is elementwise across the rows; and the
- * remainder's fused chain continues on the W rows side by side. Every score gets exactly the operations
- * of its dot product, so the same bits, while a head of 64 spends 64 FMAs and 15 or 31 additions per W
- * scores, where one row at a time spent 4 to 8 FMAs and a reduction across registers per score. */
+ * reduction, then the head size's remainder in a fused chain), and pyllama's own (run.c's),
+ * pyllama_dot_f32(query, key t) / scale (16 lanes, 16 -> 4 -> 1) for head sizes that are multiples of
+ * 16. A tile of 32 key rows is transposed once for all the queries, kt[(g * hd + i) * W + k] = element
+ * i of row g * W + k (W = the vector width), so that one vector holds one lane of W rows: lane l of W
+ * scores is a chain of FMAs over kt[l], kt[l + 32 (or 16)], ...; the lanes' reduction is elementwise
+ * across the rows; and llama.cpp's remainder chain continues on the W rows side by side. Every score
+ * gets exactly the operations of its dot product, so the same bits, while a head of 64 spends 64
+ * FMAs and 15 or 31 additions per W scores, where one row at a time spent 4 to 8 FMAs and a
+ * reduction across registers per score. */
 #ifndef PYLLAMA_SCORES_TILE_H
 #define PYLLAMA_SCORES_TILE_H
 #include <stddef.h>
