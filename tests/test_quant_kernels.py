@@ -128,18 +128,23 @@ def test_dequantized_rows_match_gguf_py(ggml_type):
 
 @pytest.mark.parametrize("ggml_type", [*BLOCK_TYPES, G.BF16], ids=lambda t: t.name)
 @pytest.mark.parametrize("rows", [301, 304])  # 304: Q4_0/IQ4_NL take the 8-row kernel
-def test_thread_counts_memmap_and_blocks_are_bitwise_equal(ggml_type, rows, tmp_path):
+# above the serial threshold, so the parallel path runs; 544 columns are an odd number of blocks, which
+# the AVX-512 kernels take in pairs
+@pytest.mark.parametrize("cols", [512, 544])
+def test_thread_counts_memmap_and_blocks_are_bitwise_equal(ggml_type, rows, cols, tmp_path):
     rng = np.random.default_rng(11)
-    cols = 512  # above the serial threshold: the parallel path runs
+    if ggml_type in (G.Q2_K, G.Q3_K, G.Q4_K, G.Q5_K, G.Q6_K) and cols % 256:
+        cols = 768  # whole super-blocks of 256
     raw = random_blocks(rng, ggml_type, rows, cols)
     path = tmp_path / "w.bin"
     raw.tofile(path)
     mapped = np.memmap(path, dtype=np.uint8, mode="r").reshape(rows, -1)
     t = Tensor("w", QType[ggml_type.name], rows, cols, mapped)
-    x = rng.standard_normal((5, cols)).astype(np.float32)
-    one = np.stack([matvec_tensor(t, x[p], 1) for p in range(5)])
+    # 9 positions: the four-position tiles (Q4_1, Q5_0, Q5_1) twice, then one position alone
+    x = rng.standard_normal((9, cols)).astype(np.float32)
+    one = np.stack([matvec_tensor(t, x[p], 1) for p in range(9)])
     for n_threads in (1, 2, 3):
-        assert np.array_equal(np.stack([matvec_tensor(t, x[p], n_threads) for p in range(5)]), one)
+        assert np.array_equal(np.stack([matvec_tensor(t, x[p], n_threads) for p in range(9)]), one)
         assert np.array_equal(matmul_tensor(t, x, n_threads), one)
     assert np.array_equal(matvec_tensor(_tensor(raw, ggml_type, rows, cols), x[0], 2), one[0])
 

@@ -89,6 +89,7 @@ cdef RowProduct kquant_product(const Matrix* m) noexcept nogil:
     """How a K-quant matrix is multiplied (dispatch on m.qtype): one row at a time against Q8_K."""
     cdef RowProduct plan
     plan.dot8 = NULL
+    plan.tile4 = NULL
     plan.act = ACT_Q8_K
     plan.row_bytes = kquant_row_bytes(kquant_kind(m.qtype), m.cols)
     plan.dot = <row_dot_fn>dot_q6_k

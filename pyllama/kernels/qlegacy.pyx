@@ -49,7 +49,7 @@ from libc.stdint cimport uint8_t
 from pyllama.kernels.matvec cimport (Matrix, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
                                      QTYPE_IQ4_NL, QTYPE_BF16)
 from pyllama.kernels.qproduct cimport (
-    pyllama_qact, row_dot_fn, group8_dot_fn, RowProduct, ACT_Q8_0, ACT_Q8_1, ACT_F32,
+    pyllama_qact, row_dot_fn, group8_dot_fn, tile4_dot_fn, RowProduct, ACT_Q8_0, ACT_Q8_1, ACT_F32,
 )
 
 cdef extern from "qlegacy.h":
@@ -58,6 +58,12 @@ cdef extern from "qlegacy.h":
     float dot_q4_1 "pyllama_dot_q4_1"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q5_0 "pyllama_dot_q5_0"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q5_1 "pyllama_dot_q5_1"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    void tile4_q4_1 "pyllama_tile4_q4_1"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n, float* out,
+                                         Py_ssize_t stride) noexcept nogil
+    void tile4_q5_0 "pyllama_tile4_q5_0"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n, float* out,
+                                         Py_ssize_t stride) noexcept nogil
+    void tile4_q5_1 "pyllama_tile4_q5_1"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n, float* out,
+                                         Py_ssize_t stride) noexcept nogil
     float dot_iq4_nl "pyllama_dot_iq4_nl"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_bf16 "pyllama_dot_bf16"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     void dequantize_legacy "pyllama_dequantize_legacy"(int kind, const uint8_t* data, Py_ssize_t row, float* out,
@@ -88,6 +94,7 @@ cdef RowProduct qlegacy_product(const Matrix* m) noexcept nogil:
     """How a matrix of this module's types is multiplied (dispatch on m.qtype)."""
     cdef RowProduct plan
     plan.dot, plan.dot8, plan.act = <row_dot_fn>dot_q4_0, NULL, ACT_Q8_0
+    plan.tile4 = NULL
     plan.row_bytes = legacy_row_bytes(legacy_kind(m.qtype), m.cols) if m.qtype != QTYPE_BF16 else m.cols * 2
     # llama.cpp repacks Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 (see the docstring)
     if m.rows % 8 == 0 and (m.qtype == QTYPE_Q4_0 or m.qtype == QTYPE_IQ4_NL):
@@ -95,11 +102,11 @@ cdef RowProduct qlegacy_product(const Matrix* m) noexcept nogil:
     if m.qtype == QTYPE_BF16:
         plan.dot, plan.act = <row_dot_fn>dot_bf16, ACT_F32
     elif m.qtype == QTYPE_Q4_1:
-        plan.dot, plan.act = <row_dot_fn>dot_q4_1, ACT_Q8_1
+        plan.dot, plan.tile4, plan.act = <row_dot_fn>dot_q4_1, <tile4_dot_fn>tile4_q4_1, ACT_Q8_1
     elif m.qtype == QTYPE_Q5_0:
-        plan.dot = <row_dot_fn>dot_q5_0
+        plan.dot, plan.tile4 = <row_dot_fn>dot_q5_0, <tile4_dot_fn>tile4_q5_0
     elif m.qtype == QTYPE_Q5_1:
-        plan.dot, plan.act = <row_dot_fn>dot_q5_1, ACT_Q8_1
+        plan.dot, plan.tile4, plan.act = <row_dot_fn>dot_q5_1, <tile4_dot_fn>tile4_q5_1, ACT_Q8_1
     elif m.qtype == QTYPE_IQ4_NL:
         plan.dot = <row_dot_fn>dot_iq4_nl
     return plan

@@ -103,14 +103,22 @@ cdef inline void product_unit(float** outs, const Matrix** ms, const RowProduct*
     cdef const RowProduct* plan = &plans[k]
     cdef const unsigned char* w = <const unsigned char*>ms[k].data
     cdef pyllama_qact a
+    cdef pyllama_qact a4[4]
+    cdef Py_ssize_t p0 = 0
     if plan.dot8 != NULL:
         for p in range(n_pos):
             a = activation_of(scratch, x, cols, p)
             plan.dot8(w + 8 * u * plan.row_bytes, plan.row_bytes, &a, cols, outs[k] + p * rows + 8 * u)
-    else:
-        for p in range(n_pos):
-            a = activation_of(scratch, x, cols, p)
-            outs[k][p * rows + u] = plan.dot(w + u * plan.row_bytes, &a, cols)
+        return
+    if plan.tile4 != NULL:
+        while p0 + 4 <= n_pos:
+            for p in range(4):
+                a4[p] = activation_of(scratch, x, cols, p0 + p)
+            plan.tile4(w + u * plan.row_bytes, a4, cols, outs[k] + p0 * rows + u, rows)
+            p0 += 4
+    for p in range(p0, n_pos):
+        a = activation_of(scratch, x, cols, p)
+        outs[k][p * rows + u] = plan.dot(w + u * plan.row_bytes, &a, cols)
 
 
 def quantize_activation_np(const float[::1] x, str kind):
