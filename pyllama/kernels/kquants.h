@@ -142,83 +142,114 @@ static inline void pyllama_kquant_lanes_c(int kind, const uint8_t* blk, const in
    into one scalar; at the end ggml's hsum_float_8 ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus Q4_K's
    (m0+m2)+(m1+m3) or Q5_K's scalar. The AVX2 build keeps the accumulators in registers, the portable
    one in arrays: the same operations on the same values. */
-static inline float pyllama_dot_kquant(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
-    const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
-    float summs = 0.0f;
 #if PYLLAMA_QBLOCKS_AVX2
-    __m256 acc = _mm256_setzero_ps();
-    __m128 acc_m = _mm_setzero_ps();
+typedef struct { __m256 acc; __m128 acc_m; float summs; } pyllama_kacc;
+#define PYLLAMA_KACC_ZERO {_mm256_setzero_ps(), _mm_setzero_ps(), 0.0f}
 #else
-    pyllama_acc8 acc = {{0}}, acc_m = {{0}};
+typedef struct { pyllama_acc8 acc, acc_m; float summs; } pyllama_kacc;
+#define PYLLAMA_KACC_ZERO {{{0}}, {{0}}, 0.0f}
 #endif
-    for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
-        const uint8_t* blk = w + bytes * b;
-        const int8_t* xq = a->q + PYLLAMA_QK_K * b;
-        const int16_t* bs = a->bsums + 16 * b;
-        const float dx = a->d[b];
-        float d, dmin = 0.0f;
-        if (kind == PK_Q2_K) { d = pyllama_half_at(blk + 80); dmin = pyllama_half_at(blk + 82); }
-        else if (kind == PK_Q3_K) d = pyllama_half_at(blk + 108);
-        else if (kind == PK_Q6_K) d = pyllama_half_at(blk + 208);
-        else { d = pyllama_half_at(blk); dmin = pyllama_half_at(blk + 2); }
-        const float dd = dx * d, ndmin = -dx * dmin;
+
+/* super-block b of one row (blk) with one activation into k: the loop body of the dot below */
+static inline __attribute__((always_inline)) void pyllama_kquant_step(int kind, const uint8_t* blk,
+                                                                      const pyllama_qact* a, ptrdiff_t b,
+                                                                      pyllama_kacc* k) {
+    const int8_t* xq = a->q + PYLLAMA_QK_K * b;
+    const int16_t* bs = a->bsums + 16 * b;
+    const float dx = a->d[b];
+    float d, dmin = 0.0f;
+    if (kind == PK_Q2_K) { d = pyllama_half_at(blk + 80); dmin = pyllama_half_at(blk + 82); }
+    else if (kind == PK_Q3_K) d = pyllama_half_at(blk + 108);
+    else if (kind == PK_Q6_K) d = pyllama_half_at(blk + 208);
+    else { d = pyllama_half_at(blk); dmin = pyllama_half_at(blk + 2); }
+    const float dd = dx * d, ndmin = -dx * dmin;
 #if PYLLAMA_QBLOCKS_AVX2
-        __m256i lanes;
-        if (kind == PK_Q2_K || kind == PK_Q3_K) {
-            __m128i sc8;
-            if (kind == PK_Q2_K) {
-                const __m128i raw = _mm_loadu_si128((const __m128i*)blk);
-                const __m128i m4 = _mm_set1_epi8(15);
-                sc8 = _mm_and_si128(raw, m4);
-                const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
-                const __m256i ml = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i*)bs));
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(ndmin), _mm256_cvtepi32_ps(ml), acc);
-            } else {
-                sc8 = pyllama_q3k_scales8(blk + 96);
-            }
-            lanes = pyllama_klanes_q23k(kind, blk, xq, sc8);
-        } else if (kind == PK_Q6_K) {
-            lanes = pyllama_klanes_q6k(blk, xq, bs);
-        } else {
-            __m256i scales;
-            __m128i mins;
-            pyllama_k4_scales_avx2(blk + 4, &scales, &mins);
-            const __m128i ml = pyllama_k4_min_lanes(mins, bs);
-            if (kind == PK_Q4_K) acc_m = _mm_fmadd_ps(_mm_set1_ps(ndmin), _mm_cvtepi32_ps(ml), acc_m);
-            else summs = fmaf(ndmin, (float)pyllama_hsum_i32x4(ml), summs);
-            lanes = pyllama_klanes_q45k(kind, blk, xq, scales);
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(lanes), acc);
-#else
-        int sc[16], mn[16];
-        int32_t lanes[8], mins[8];
-        float d_unused, dmin_unused;
-        pyllama_kquant_scales_of(kind, blk, sc, mn, &d_unused, &dmin_unused);
+    __m256i lanes;
+    if (kind == PK_Q2_K || kind == PK_Q3_K) {
+        __m128i sc8;
         if (kind == PK_Q2_K) {
-            for (int l = 0; l < 8; l++) mins[l] = mn[2 * l] * bs[2 * l] + mn[2 * l + 1] * bs[2 * l + 1];
-            pyllama_acc8_fma(&acc, ndmin, mins, 8);
-        } else if (kind == PK_Q4_K || kind == PK_Q5_K) {
-            for (int l = 0; l < 4; l++)
-                mins[l] = mn[2 * l] * (bs[4 * l] + bs[4 * l + 1]) + mn[2 * l + 1] * (bs[4 * l + 2] + bs[4 * l + 3]);
-            if (kind == PK_Q4_K) pyllama_acc8_fma(&acc_m, ndmin, mins, 4);
-            else summs = fmaf(ndmin, (float)((mins[0] + mins[1]) + (mins[2] + mins[3])), summs);
+            const __m128i raw = _mm_loadu_si128((const __m128i*)blk);
+            const __m128i m4 = _mm_set1_epi8(15);
+            sc8 = _mm_and_si128(raw, m4);
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+            const __m256i ml = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i*)bs));
+            k->acc = _mm256_fmadd_ps(_mm256_set1_ps(ndmin), _mm256_cvtepi32_ps(ml), k->acc);
+        } else {
+            sc8 = pyllama_q3k_scales8(blk + 96);
         }
-        pyllama_kquant_lanes_c(kind, blk, xq, bs, lanes);
-        pyllama_acc8_fma(&acc, dd, lanes, 8);
-#endif
+        lanes = pyllama_klanes_q23k(kind, blk, xq, sc8);
+    } else if (kind == PK_Q6_K) {
+        lanes = pyllama_klanes_q6k(blk, xq, bs);
+    } else {
+        __m256i scales;
+        __m128i mins;
+        pyllama_k4_scales_avx2(blk + 4, &scales, &mins);
+        const __m128i ml = pyllama_k4_min_lanes(mins, bs);
+        if (kind == PK_Q4_K) k->acc_m = _mm_fmadd_ps(_mm_set1_ps(ndmin), _mm_cvtepi32_ps(ml), k->acc_m);
+        else k->summs = fmaf(ndmin, (float)pyllama_hsum_i32x4(ml), k->summs);
+        lanes = pyllama_klanes_q45k(kind, blk, xq, scales);
     }
+    k->acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(lanes), k->acc);
+#else
+    int sc[16], mn[16];
+    int32_t lanes[8], mins[8];
+    float d_unused, dmin_unused;
+    pyllama_kquant_scales_of(kind, blk, sc, mn, &d_unused, &dmin_unused);
+    if (kind == PK_Q2_K) {
+        for (int l = 0; l < 8; l++) mins[l] = mn[2 * l] * bs[2 * l] + mn[2 * l + 1] * bs[2 * l + 1];
+        pyllama_acc8_fma(&k->acc, ndmin, mins, 8);
+    } else if (kind == PK_Q4_K || kind == PK_Q5_K) {
+        for (int l = 0; l < 4; l++)
+            mins[l] = mn[2 * l] * (bs[4 * l] + bs[4 * l + 1]) + mn[2 * l + 1] * (bs[4 * l + 2] + bs[4 * l + 3]);
+        if (kind == PK_Q4_K) pyllama_acc8_fma(&k->acc_m, ndmin, mins, 4);
+        else k->summs = fmaf(ndmin, (float)((mins[0] + mins[1]) + (mins[2] + mins[3])), k->summs);
+    }
+    pyllama_kquant_lanes_c(kind, blk, xq, bs, lanes);
+    pyllama_acc8_fma(&k->acc, dd, lanes, 8);
+#endif
+}
+
+/* the dot's end: hsum_float_8 of the lanes, plus Q4_K's mins lanes or Q5_K's scalar */
+static inline float pyllama_kquant_finish(int kind, const pyllama_kacc* k) {
 #if PYLLAMA_QBLOCKS_AVX2
     float av[8], mv[4];
-    _mm256_storeu_ps(av, acc);
-    _mm_storeu_ps(mv, acc_m);
+    _mm256_storeu_ps(av, k->acc);
+    _mm_storeu_ps(mv, k->acc_m);
 #else
-    const float* av = acc.v;
-    const float* mv = acc_m.v;
+    const float* av = k->acc.v;
+    const float* mv = k->acc_m.v;
 #endif
     const float total = pyllama_qreduce8(av);
     if (kind == PK_Q4_K) return total + ((mv[0] + mv[2]) + (mv[1] + mv[3]));
-    if (kind == PK_Q5_K) return total + summs;
+    if (kind == PK_Q5_K) return total + k->summs;
     return total;
+}
+
+static inline float pyllama_dot_kquant(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
+    const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
+    pyllama_kacc k = PYLLAMA_KACC_ZERO;
+    for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) pyllama_kquant_step(kind, w + bytes * b, a, b, &k);
+    return pyllama_kquant_finish(kind, &k);
+}
+
+/* One row times four positions (a[0..3]): out[p * out_stride] = pyllama_dot_kquant(kind, w, &a[p], cols),
+   the same steps per element, the four taken block by block so that a super-block's weights and
+   scales are read (and, where the compiler shares them, unpacked) once for the four */
+static inline void pyllama_tile4_kquant(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols,
+                                        float* out, ptrdiff_t out_stride) {
+    const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
+    pyllama_kacc k0 = PYLLAMA_KACC_ZERO, k1 = PYLLAMA_KACC_ZERO, k2 = PYLLAMA_KACC_ZERO, k3 = PYLLAMA_KACC_ZERO;
+    for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
+        const uint8_t* blk = w + bytes * b;
+        pyllama_kquant_step(kind, blk, &a[0], b, &k0);
+        pyllama_kquant_step(kind, blk, &a[1], b, &k1);
+        pyllama_kquant_step(kind, blk, &a[2], b, &k2);
+        pyllama_kquant_step(kind, blk, &a[3], b, &k3);
+    }
+    out[0] = pyllama_kquant_finish(kind, &k0);
+    out[out_stride] = pyllama_kquant_finish(kind, &k1);
+    out[2 * out_stride] = pyllama_kquant_finish(kind, &k2);
+    out[3 * out_stride] = pyllama_kquant_finish(kind, &k3);
 }
 
 static float pyllama_dot_q2_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
@@ -236,6 +267,17 @@ static float pyllama_dot_q5_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t
 static float pyllama_dot_q6_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
     return pyllama_dot_kquant(PK_Q6_K, w, a, n);
 }
+
+#define PYLLAMA_KQUANT_TILE(name, KIND)                                                                \
+    static void name(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n, float* out, ptrdiff_t stride) { \
+        pyllama_tile4_kquant(KIND, w, a, n, out, stride);                                               \
+    }
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q2_k, PK_Q2_K)
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q3_k, PK_Q3_K)
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q4_k, PK_Q4_K)
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q5_k, PK_Q5_K)
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q6_k, PK_Q6_K)
+#undef PYLLAMA_KQUANT_TILE
 
 /* row r as float32: w = (d * sc) * q - dmin * m, with one rounding for the last step (fmaf) */
 static void pyllama_dequantize_kquant(int kind, const uint8_t* data, ptrdiff_t r, float* out, ptrdiff_t cols) {

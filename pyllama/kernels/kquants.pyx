@@ -59,7 +59,7 @@ KiB ahead cost a third of the decode speed of the 42M shapes.
 from libc.stdint cimport uint8_t
 
 from pyllama.kernels.matvec cimport Matrix, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K
-from pyllama.kernels.qproduct cimport pyllama_qact, row_dot_fn, RowProduct, ACT_Q8_K
+from pyllama.kernels.qproduct cimport pyllama_qact, row_dot_fn, tile4_dot_fn, RowProduct, ACT_Q8_K
 
 cdef extern from "kquants.h":
     int PK_Q2_K, PK_Q3_K, PK_Q4_K, PK_Q5_K, PK_Q6_K
@@ -68,6 +68,16 @@ cdef extern from "kquants.h":
     float dot_q4_k "pyllama_dot_q4_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q5_k "pyllama_dot_q5_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
     float dot_q6_k "pyllama_dot_q6_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n) noexcept nogil
+    void tile4_q2_k "pyllama_tile4_q2_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n, float* out,
+                                         Py_ssize_t stride) noexcept nogil
+    void tile4_q3_k "pyllama_tile4_q3_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n, float* out,
+                                         Py_ssize_t stride) noexcept nogil
+    void tile4_q4_k "pyllama_tile4_q4_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n, float* out,
+                                         Py_ssize_t stride) noexcept nogil
+    void tile4_q5_k "pyllama_tile4_q5_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n, float* out,
+                                         Py_ssize_t stride) noexcept nogil
+    void tile4_q6_k "pyllama_tile4_q6_k"(const uint8_t* w, const pyllama_qact* a, Py_ssize_t n, float* out,
+                                         Py_ssize_t stride) noexcept nogil
     Py_ssize_t kquant_row_bytes "pyllama_kquant_row_bytes"(int kind, Py_ssize_t cols) noexcept nogil
     void dequantize_kquant "pyllama_dequantize_kquant"(int kind, const uint8_t* data, Py_ssize_t row, float* out,
                                                        Py_ssize_t cols) noexcept nogil
@@ -86,21 +96,21 @@ cdef inline int kquant_kind(int qtype) noexcept nogil:
 
 
 cdef RowProduct kquant_product(const Matrix* m) noexcept nogil:
-    """How a K-quant matrix is multiplied (dispatch on m.qtype): one row at a time against Q8_K."""
+    """How a K-quant matrix is multiplied (dispatch on m.qtype): one row at a time against Q8_K, a block
+    four positions at a time per row (kquants.h's tile4, each element the row dot's steps)."""
     cdef RowProduct plan
     plan.dot8 = NULL
-    plan.tile4 = NULL
     plan.act = ACT_Q8_K
     plan.row_bytes = kquant_row_bytes(kquant_kind(m.qtype), m.cols)
-    plan.dot = <row_dot_fn>dot_q6_k
+    plan.dot, plan.tile4 = <row_dot_fn>dot_q6_k, <tile4_dot_fn>tile4_q6_k
     if m.qtype == QTYPE_Q2_K:
-        plan.dot = <row_dot_fn>dot_q2_k
+        plan.dot, plan.tile4 = <row_dot_fn>dot_q2_k, <tile4_dot_fn>tile4_q2_k
     elif m.qtype == QTYPE_Q3_K:
-        plan.dot = <row_dot_fn>dot_q3_k
+        plan.dot, plan.tile4 = <row_dot_fn>dot_q3_k, <tile4_dot_fn>tile4_q3_k
     elif m.qtype == QTYPE_Q4_K:
-        plan.dot = <row_dot_fn>dot_q4_k
+        plan.dot, plan.tile4 = <row_dot_fn>dot_q4_k, <tile4_dot_fn>tile4_q4_k
     elif m.qtype == QTYPE_Q5_K:
-        plan.dot = <row_dot_fn>dot_q5_k
+        plan.dot, plan.tile4 = <row_dot_fn>dot_q5_k, <tile4_dot_fn>tile4_q5_k
     return plan
 
 
