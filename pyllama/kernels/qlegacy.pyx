@@ -49,7 +49,7 @@ from libc.stdint cimport uint8_t
 from pyllama.kernels.matvec cimport (Matrix, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
                                      QTYPE_IQ4_NL, QTYPE_BF16)
 from pyllama.kernels.qproduct cimport (
-    pyllama_qact, row_dot_fn, group8_dot_fn, tile4_dot_fn, RowProduct, ACT_Q8_0, ACT_Q8_1, ACT_F32,
+    pyllama_qact, row_dot_fn, group8_dot_fn, group8x4_dot_fn, tile4_dot_fn, RowProduct, ACT_Q8_0, ACT_Q8_1, ACT_F32,
 )
 
 cdef extern from "qlegacy.h":
@@ -76,6 +76,11 @@ cdef extern from "qlegacy_rows8.h":
                                                    Py_ssize_t n, float* out) noexcept nogil
     void dot8_iq4_nl_chain "pyllama_dot8_iq4_nl_chain"(const uint8_t* w, Py_ssize_t row_bytes, const pyllama_qact* a,
                                                        Py_ssize_t n, float* out) noexcept nogil
+    void dot8x4_q4_0_chain "pyllama_dot8x4_q4_0_chain"(const uint8_t* w, Py_ssize_t row_bytes, const pyllama_qact* a,
+                                                       Py_ssize_t n, float* out, Py_ssize_t out_stride) noexcept nogil
+    void dot8x4_iq4_nl_chain "pyllama_dot8x4_iq4_nl_chain"(const uint8_t* w, Py_ssize_t row_bytes,
+                                                           const pyllama_qact* a, Py_ssize_t n, float* out,
+                                                           Py_ssize_t out_stride) noexcept nogil
 
 
 cdef inline int legacy_kind(int qtype) noexcept nogil:
@@ -95,10 +100,12 @@ cdef RowProduct qlegacy_product(const Matrix* m) noexcept nogil:
     cdef RowProduct plan
     plan.dot, plan.dot8, plan.act = <row_dot_fn>dot_q4_0, NULL, ACT_Q8_0
     plan.tile4 = NULL
+    plan.dot8x4 = NULL
     plan.row_bytes = legacy_row_bytes(legacy_kind(m.qtype), m.cols) if m.qtype != QTYPE_BF16 else m.cols * 2
     # llama.cpp repacks Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 (see the docstring)
     if m.rows % 8 == 0 and (m.qtype == QTYPE_Q4_0 or m.qtype == QTYPE_IQ4_NL):
         plan.dot8 = <group8_dot_fn>(dot8_q4_0_chain if m.qtype == QTYPE_Q4_0 else dot8_iq4_nl_chain)
+        plan.dot8x4 = <group8x4_dot_fn>(dot8x4_q4_0_chain if m.qtype == QTYPE_Q4_0 else dot8x4_iq4_nl_chain)
     if m.qtype == QTYPE_BF16:
         plan.dot, plan.act = <row_dot_fn>dot_bf16, ACT_F32
     elif m.qtype == QTYPE_Q4_1:

@@ -24,6 +24,9 @@ ctypedef void (*group8_dot_fn)(const unsigned char* w, Py_ssize_t row_bytes, con
 # one row times four positions (a4[0..3]) into out[p * out_stride], each element the row kernel's
 ctypedef void (*tile4_dot_fn)(const unsigned char* w, const pyllama_qact* a4, Py_ssize_t cols, float* out,
                               Py_ssize_t out_stride) noexcept nogil
+# eight rows times four positions into out[p * out_stride + j], each element the eight-row kernel's
+ctypedef void (*group8x4_dot_fn)(const unsigned char* w, Py_ssize_t row_bytes, const pyllama_qact* a4,
+                                 Py_ssize_t cols, float* out, Py_ssize_t out_stride) noexcept nogil
 
 # how one matrix is multiplied: its row kernel, or its eight-row kernel (then rows % 8 == 0), its
 # four-position kernel for blocks, the activation type it pairs with and the bytes of a row
@@ -32,6 +35,7 @@ ctypedef struct RowProduct:
     row_dot_fn dot
     group8_dot_fn dot8       # NULL: one row at a time with dot
     tile4_dot_fn tile4       # NULL: a block one position at a time with dot (unused with dot8)
+    group8x4_dot_fn dot8x4   # with dot8: a block four positions at a time
     int act
     Py_ssize_t row_bytes
 

@@ -106,7 +106,13 @@ cdef inline void product_unit(float** outs, const Matrix** ms, const RowProduct*
     cdef pyllama_qact a4[4]
     cdef Py_ssize_t p0 = 0
     if plan.dot8 != NULL:
-        for p in range(n_pos):
+        if plan.dot8x4 != NULL:
+            while p0 + 4 <= n_pos:
+                for p in range(4):
+                    a4[p] = activation_of(scratch, x, cols, p0 + p)
+                plan.dot8x4(w + 8 * u * plan.row_bytes, plan.row_bytes, a4, cols, outs[k] + p0 * rows + 8 * u, rows)
+                p0 += 4
+        for p in range(p0, n_pos):
             a = activation_of(scratch, x, cols, p)
             plan.dot8(w + 8 * u * plan.row_bytes, plan.row_bytes, &a, cols, outs[k] + p * rows + 8 * u)
         return
