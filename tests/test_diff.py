@@ -15,7 +15,6 @@ from matplotlib.figure import Figure
 from pyllama import plots
 from pyllama.attention import Attention
 from pyllama.cli import EXIT_NOT_EXACT, main
-from pyllama.diff import metrics
 from pyllama.diff.probes import LONG_FACTOR, load_probe, probe_from_text
 from pyllama.errors import InputError
 from pyllama.model import Model
@@ -81,94 +80,6 @@ def test_text_probes(tmp_path, model):
 
 
 # ---- metrics ------------------------------------------------------------------------------------------
-def test_metrics_against_plain_formulas():
-    rng = np.random.default_rng(0)
-    la = rng.standard_normal((5, 50)).astype(np.float32) * 4
-    lb = la + rng.standard_normal((5, 50)).astype(np.float32) * 0.1
-    lb[0] = la[0]
-    lpa, lpb = metrics.log_softmax(la), metrics.log_softmax(lb)
-    pa = np.exp(la.astype(np.float64))
-    pa /= pa.sum(axis=1, keepdims=True)
-    pb = np.exp(lb.astype(np.float64))
-    pb /= pb.sum(axis=1, keepdims=True)
-    np.testing.assert_allclose(lpa, np.log(pa), atol=1e-12)
-    kl = metrics.kl_divergence(lpa, lpb)
-    np.testing.assert_allclose(kl, (pa * np.log(pa / pb)).sum(axis=1), rtol=1e-9, atol=1e-15)
-    assert kl[0] == 0.0 and (kl[1:] > 0).all()
-    probs = np.empty_like(lpa)
-    metrics.log_softmax(la, out=np.empty_like(lpa), probs=probs)
-    np.testing.assert_allclose(probs, pa, rtol=1e-12)
-    assert metrics.max_abs_diff(la, lb)[0] == 0.0
-    nxt = np.array([3, -1, 0, 49, 7])
-    t = metrics.teacher_logprob(lpa, nxt)
-    assert np.isnan(t[1]) and t[0] == lpa[0, 3]
-    a = np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
-    err = metrics.relative_l2(a, np.array([[1.0, 1.0], [0.0, 0.0], [1.0, 0.0]]))
-    assert err.tolist() == [1.0, 0.0, np.inf]
-    assert metrics.perplexity(np.log(np.array([0.5, 0.25, np.nan]))) == pytest.approx(np.sqrt(8))
-
-
-def _numpy_exp_is_libm() -> bool:
-    """numpy's float64 exp and log are the C library's where numpy has no vector version (AVX2 and
-    older): then the compiled metrics, which call the C library, give metrics.py's bits exactly."""
-    import math
-
-    x = np.random.default_rng(1).uniform(-80, 5, 4000)
-    y = -x[x < 0]
-    return [math.exp(v) for v in x] == np.exp(x).tolist() and [math.log(v) for v in y] == np.log(y).tolist()
-
-
-@pytest.mark.parametrize("vocab", [1, 7, 8, 9, 127, 128, 129, 257, 1000, 32000])
-def test_compiled_metrics_give_metrics_py_values(vocab):
-    from pyllama.diff._metrics import RowSoftmax, compare
-    from pyllama.diff.retrieval_scores import teacher_rank
-    from pyllama.kernels.threads import set_serial_below
-
-    rng = np.random.default_rng(vocab)
-    m = 8
-    la = (rng.standard_normal((m, vocab)) * 9).astype(np.float32)
-    lb = la + (rng.standard_normal((m, vocab)) * 0.3).astype(np.float32)
-    lb[0] = la[0]
-    nxt = rng.integers(0, vocab, m).astype(np.int32)
-    nxt[1] = -1
-    if vocab > 4:
-        la[2, 1], lb[3, 2], lb[4, 0] = np.nan, np.inf, -np.inf
-        la[5, :] = la[5, 0]  # every logit tied: the teacher's rank counts the smaller ids only
-        lb[6, nxt[6]] = lb[6].max()  # a tie for the top
-    with np.errstate(invalid="ignore"):  # the NaN and Inf rows
-        lpa, lpb, pa = metrics.log_softmax(la), metrics.log_softmax(lb), np.empty((m, vocab))
-        metrics.log_softmax(la, out=np.empty((m, vocab)), probs=pa)
-        expect = {
-            "max_abs": metrics.max_abs_diff(la, lb),
-            "kl": metrics.kl_divergence(lpa, lpb, pa),
-            "logp_a": metrics.teacher_logprob(lpa, nxt),
-            "logp_b": metrics.teacher_logprob(lpb, nxt),
-            "rank_a": teacher_rank(la, nxt),
-            "rank_b": teacher_rank(lb, nxt),
-        }
-    exact = _numpy_exp_is_libm()
-    previous = set_serial_below(0)  # 2 threads really split the rows
-    try:
-        for threads in (1, 2):
-            sa, sb = RowSoftmax(m + 3, vocab, keep_exps=True), RowSoftmax(m + 3, vocab)
-            sa.compute(la, threads)
-            sb.compute(lb, threads)
-            got = {k: np.full(m, 7.0) for k in ("max_abs", "kl", "logp_a", "logp_b")}
-            got.update(rank_a=np.zeros(m, dtype=np.int64), rank_b=np.zeros(m, dtype=np.int64))
-            compare(sa, sb, la, lb, nxt, *got.values(), n_threads=threads)
-            assert np.array_equal(sa.top1[:m], metrics.top1(la)) and np.array_equal(sb.top1[:m], metrics.top1(lb))
-            assert np.array_equal(sa.finite[:m], metrics.finite_rows(la))
-            for name, col in expect.items():
-                if exact or name in ("max_abs", "rank_a", "rank_b"):
-                    assert np.array_equal(got[name], col, equal_nan=True), (name, threads)
-                else:  # numpy's own vector exp/log (AVX-512): within a few ulp of the C library's
-                    np.testing.assert_allclose(got[name], col, rtol=1e-13, atol=1e-15, err_msg=name)
-    finally:
-        set_serial_below(previous)
-    with pytest.raises(ValueError, match="logits are 12 x"):
-        RowSoftmax(m, vocab).compute(np.zeros((12, vocab), dtype=np.float32))
-
-
 # ---- what the harness detects --------------------------------------------------------------------------
 def test_sliding32_is_causal_before_32_and_differs_after(stories_sliding32):
     r = stories_sliding32

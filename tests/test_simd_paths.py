@@ -1,13 +1,15 @@
 """Every SIMD path of the block-quantised kernels, tested on whichever x86-64 CPU runs the tests.
 
 A default build compiles one path, the widest this CPU has (the first test checks that), and the
-default run tests that one. So that the others are tested too, this test compiles the six modules that
-hold those kernels (qlegacy, kquants, qproduct, quant's Q8_0, matvec's float32 and the attention's
-head, from the C that the install generated) once for each other path, puts them into a copy of the
-package and runs the kernel tests there in a child process: gguf-py's integers and the numpy
-emulation of ggml's float order, bit for bit (test_quant_kernels.py, test_kquant_order.py,
-test_ggml_order.py, test_ggml_attention.py: one query and a block's groups of queries), and block
-products equal to one product per position (test_matmul.py: the Q8_0 and float32 tiles). How each path is built here:
+default run tests that one. So that the others are tested too, this test compiles the seven modules
+that hold those kernels (qlegacy, kquants, qproduct, quant's Q8_0, matvec's float32, the attention's
+head and the diff's row scans, from the C that the install generated) once for each other path,
+puts them into a copy of the package and runs the kernel tests there in a child process:
+gguf-py's integers and the numpy emulation of ggml's float order, bit for bit
+(test_quant_kernels.py, test_kquant_order.py, test_ggml_order.py, test_ggml_attention.py: one
+query and a block's groups of queries), block products equal to one product per position
+(test_matmul.py: the Q8_0 and float32 tiles), and the diff's metrics equal to metrics.py's numpy
+(test_row_metrics.py). How each path is built here:
 
 - portable: ``PYLLAMA_PORTABLE=1`` (no instruction set beyond the architecture's base);
 - avx2: on an AVX-512 CPU, the native flags with AVX-512 switched off (``-mno-avx512f``);
@@ -48,6 +50,7 @@ MODULES = (
     "kernels/quant",
     "kernels/matvec",
     "attention/head",
+    "diff/_metrics",
 )
 KERNEL_TESTS = (
     "test_quant_kernels.py",
@@ -55,6 +58,7 @@ KERNEL_TESTS = (
     "test_ggml_order.py",
     "test_matmul.py",
     "test_ggml_attention.py",
+    "test_row_metrics.py",
 )
 PATHS = ("portable", "avx2", "avx512", "avx512-vnni")
 

@@ -9,119 +9,115 @@ array: a log-probability is rebuilt where it is needed with numpy's own operatio
     log P_j = (float64(x_j) - max) - log(sum_k exp(float64(x_k) - max)),
 
 so every value is what ``metrics.log_softmax`` and its users give: the same IEEE operations in
-the same order, the sums with numpy's pairwise summation tree (``pairwise`` below), the products
-kept apart from the sums (no fused multiply-add), exp and log from the C library, which numpy
-calls too where it has no vector float64 exp of its own (AVX2 and older; the tests check it when
-that holds).
+the same order, the sums with numpy's pairwise summation tree, the products kept apart from the
+sums (no fused multiply-add), and exp and log through numpy's own float64 loops, taken from the
+ufuncs at import (``row_metrics.h``): on AVX-512 numpy's vector exp, elsewhere the C library's,
+whichever numpy itself runs. ``NUMPY_LOOPS`` says they were found and give np.exp's and np.log's
+bits on a test vector; otherwise the C library's exp and log stand in (within an ulp of numpy's).
 
 Rows are independent: they are split over threads with a static schedule, and each row is
 computed by one thread, so the results do not depend on the thread count.
 """
 
 from cython.parallel cimport prange
-from libc.math cimport fabs, isfinite, log, INFINITY, NAN
+from libc.math cimport INFINITY, NAN
 
 import numpy as np
 
+cimport numpy as cnp
+
 from pyllama.kernels.threads cimport team_size
 
-cdef extern from *:
-    """
-    #include <math.h>
+cnp.import_array()
+cnp.import_ufunc()
 
-    /* numpy's pairwise summation (DOUBLE_pairwise_sum, numpy/_core/src/umath/loops_utils.h.src),
-       which np.sum runs along a contiguous axis: below 8 terms in order, up to 128 in 8 interleaved
-       partial sums, above that the two halves (split at a multiple of 8) summed apart. TERM(i) is
-       the i-th term; the macro is the body of a function over n terms that recurses as RECURSE. */
-    #define PYLLAMA_PAIRWISE_BODY(TERM, RECURSE)                                                   \\
-        if (n < 8) {                                                                               \\
-            double res = 0.;                                                                       \\
-            for (Py_ssize_t i = 0; i < n; i++) res += TERM(i);                                     \\
-            return res;                                                                            \\
-        }                                                                                          \\
-        if (n <= 128) {                                                                            \\
-            double r[8];                                                                           \\
-            Py_ssize_t i;                                                                          \\
-            for (int k = 0; k < 8; k++) r[k] = TERM(k);                                            \\
-            for (i = 8; i < n - n % 8; i += 8)                                                     \\
-                for (int k = 0; k < 8; k++) r[k] += TERM(i + k);                                   \\
-            double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));        \\
-            for (; i < n; i++) res += TERM(i);                                                     \\
-            return res;                                                                            \\
-        }                                                                                          \\
-        Py_ssize_t n2 = n / 2;                                                                     \\
-        n2 -= n2 % 8;                                                                              \\
-        return RECURSE(0, n2) + RECURSE(n2, n - n2);
-
-    /* a value the compiler must round on its own: a product never fuses with the sum it enters */
-    #define PYLLAMA_ROUNDED(v) __asm__("" : "+x"(v))
-
-    /* exp(float64(x_i) - shift), stored in e[i] when e is not NULL: np.exp(x - max) summed by np.sum */
-    static inline double pyllama_exp_term(const float* x, double shift, double* e, Py_ssize_t i) {
-        const double v = exp((double)x[i] - shift);
-        if (e != NULL) e[i] = v;
-        return v;
-    }
-    #define PYLLAMA_EXP_TERM(i) pyllama_exp_term(x, shift, e, (i))
-    #define PYLLAMA_EXP_RECURSE(o, len) pyllama_exp_sum(x + (o), shift, e == NULL ? NULL : e + (o), (len))
-    static double pyllama_exp_sum(const float* x, double shift, double* e, Py_ssize_t n) {
-        PYLLAMA_PAIRWISE_BODY(PYLLAMA_EXP_TERM, PYLLAMA_EXP_RECURSE)
-    }
-
-    /* KL's term (log P_a - log P_b) * P_a with P_a = e_a / total_a: metrics.kl_divergence on
-       metrics.log_softmax's arrays, element by element */
-    typedef struct { double shift, log_total, total; } pyllama_softmax_row;
-    static inline double pyllama_kl_term(const float* xa, const float* xb, const double* ea,
-                                         const pyllama_softmax_row* a, const pyllama_softmax_row* b,
-                                         Py_ssize_t i) {
-        const double lpa = ((double)xa[i] - a->shift) - a->log_total;
-        const double lpb = ((double)xb[i] - b->shift) - b->log_total;
-        double term = (lpa - lpb) * (ea[i] / a->total);
-        PYLLAMA_ROUNDED(term);
-        return term;
-    }
-    #define PYLLAMA_KL_TERM(i) pyllama_kl_term(xa, xb, ea, a, b, (i))
-    #define PYLLAMA_KL_RECURSE(o, len) pyllama_kl_sum(xa + (o), xb + (o), ea + (o), a, b, (len))
-    static double pyllama_kl_sum(const float* xa, const float* xb, const double* ea,
-                                 const pyllama_softmax_row* a, const pyllama_softmax_row* b, Py_ssize_t n) {
-        PYLLAMA_PAIRWISE_BODY(PYLLAMA_KL_TERM, PYLLAMA_KL_RECURSE)
-    }
-    """
+cdef extern from "row_metrics.h":
+    ctypedef void (*pyllama_unary_loop)(char** args, const cnp.npy_intp* n, const cnp.npy_intp* steps,
+                                        void* data) noexcept nogil
+    ctypedef struct ufunc_loop "pyllama_ufunc_loop":
+        pyllama_unary_loop loop
+        void* data
     ctypedef struct softmax_row "pyllama_softmax_row":
         double shift
         double log_total
         double total
-    double exp_sum "pyllama_exp_sum"(const float* x, double shift, double* e, Py_ssize_t n) noexcept nogil
+    void ufunc_apply "pyllama_ufunc_apply"(const ufunc_loop* f, const double* x, double* y,
+                                           Py_ssize_t n) noexcept nogil
+    double exp_sum "pyllama_exp_sum"(const ufunc_loop* exp_f, const float* x, double shift, double* e,
+                                     Py_ssize_t n) noexcept nogil
     double kl_sum "pyllama_kl_sum"(const float* xa, const float* xb, const double* ea, const softmax_row* a,
                                    const softmax_row* b, Py_ssize_t n) noexcept nogil
+    Py_ssize_t row_top1 "pyllama_row_top1"(const float* x, Py_ssize_t n, int* finite) noexcept nogil
+    double max_abs_one "pyllama_max_abs"(const float* xa, const float* xb, Py_ssize_t n) noexcept nogil
+    Py_ssize_t count_above "pyllama_count_above"(const float* x, Py_ssize_t n, float lt, Py_ssize_t t) noexcept nogil
+
+cdef extern from *:
+    """
+    #include <math.h>
+    static void pyllama_libm_exp(char** args, const ptrdiff_t* n, const ptrdiff_t* steps, void* data) {
+        (void)steps; (void)data;
+        for (ptrdiff_t i = 0; i < *n; i++) ((double*)args[1])[i] = exp(((const double*)args[0])[i]);
+    }
+    static void pyllama_libm_log(char** args, const ptrdiff_t* n, const ptrdiff_t* steps, void* data) {
+        (void)steps; (void)data;
+        for (ptrdiff_t i = 0; i < *n; i++) ((double*)args[1])[i] = log(((const double*)args[0])[i]);
+    }
+    """
+    void libm_exp "pyllama_libm_exp"(char** args, const cnp.npy_intp* n, const cnp.npy_intp* steps,
+                                     void* data) noexcept nogil
+    void libm_log "pyllama_libm_log"(char** args, const cnp.npy_intp* n, const cnp.npy_intp* steps,
+                                     void* data) noexcept nogil
+
+
+cdef ufunc_loop EXP, LOG
+
+
+cdef bint take_float64_loop(cnp.ufunc f, ufunc_loop* out, const double[::1] probe):
+    """The ufunc's first float64 -> float64 loop into ``out``, if it gives f(probe)'s bits."""
+    cdef int i
+    cdef double[::1] got = np.empty(probe.shape[0])
+    for i in range(f.ntypes):
+        if f.types[2 * i] == cnp.NPY_DOUBLE and f.types[2 * i + 1] == cnp.NPY_DOUBLE:
+            out.loop = <pyllama_unary_loop><void*>f.functions[i]
+            out.data = f.data[i]
+            ufunc_apply(out, &probe[0], &got[0], probe.shape[0])
+            with np.errstate(all="ignore"):
+                return np.array_equal(np.asarray(got).view(np.int64), f(np.asarray(probe)).view(np.int64))
+    return False
+
+
+def _take_numpy_loops() -> bool:
+    rng = np.random.default_rng(0)
+    specials = [0.0, -0.0, 1e-310, -745.2, -708.5, 709.7, np.inf, -np.inf, np.nan]
+    exps = np.concatenate([rng.uniform(-750, 5, 4093), rng.uniform(-1, 1, 1000), specials])
+    logs = np.concatenate([np.exp(rng.uniform(-700, 700, 4093)), rng.uniform(0, 2, 1000), np.abs(specials)])
+    found = take_float64_loop(np.exp, &EXP, exps) and take_float64_loop(np.log, &LOG, logs)
+    if not found:
+        EXP.loop, EXP.data, LOG.loop, LOG.data = libm_exp, NULL, libm_log, NULL
+    return found
+
+
+NUMPY_LOOPS: bool = _take_numpy_loops()
 
 
 cdef void softmax_one(const float* x, Py_ssize_t vocab, double* e, softmax_row* row, unsigned char* finite,
                       int* top1) noexcept nogil:
     """One row: finite?, top-1 (argmax, first of equals), and the log-softmax's constants (its max
     and the log of its exp sum; ``e``: each exp, when not NULL). A row with NaN or Inf stops at that."""
-    cdef Py_ssize_t j, at = 0
-    cdef float best = x[0]
-    cdef bint ok = True
-    for j in range(vocab):
-        ok = ok & isfinite(x[j])
-        if x[j] > best:
-            best = x[j]
-            at = j
+    cdef int ok
+    cdef Py_ssize_t at = row_top1(x, vocab, &ok)
     finite[0] = ok
     top1[0] = at if ok else -1
     if not ok:
         return
-    row.shift = best
-    row.total = exp_sum(x, row.shift, e, vocab)
-    row.log_total = log(row.total)
+    row.shift = x[at]
+    row.total = exp_sum(&EXP, x, row.shift, e, vocab)
+    ufunc_apply(&LOG, &row.total, &row.log_total, 1)
 
 
 cdef void teacher_one(const float* x, Py_ssize_t vocab, const softmax_row* row, bint finite, int t, double* logp,
                       long long* rank) noexcept nogil:
     """metrics.teacher_logprob and retrieval_scores.teacher_rank of one row, teacher token ``t``."""
-    cdef Py_ssize_t j, above = 0
-    cdef float lt
     if t < 0:
         logp[0] = NAN
         rank[0] = 0 if finite else vocab
@@ -131,24 +127,7 @@ cdef void teacher_one(const float* x, Py_ssize_t vocab, const softmax_row* row, 
         rank[0] = vocab
         return
     logp[0] = ((<double>x[t]) - row.shift) - row.log_total
-    lt = x[t]
-    for j in range(vocab):
-        above = above + (x[j] > lt)
-    for j in range(t):
-        above = above + (x[j] == lt)
-    rank[0] = above + 1
-
-
-cdef double max_abs_one(const float* xa, const float* xb, Py_ssize_t vocab) noexcept nogil:
-    """metrics.max_abs_diff of one pair of finite rows: the first largest float32 |a - b|, in float64."""
-    cdef Py_ssize_t j, at = 0
-    cdef float d, best = -1.0
-    for j in range(vocab):
-        d = fabs(xa[j] - xb[j])
-        if d > best:
-            best = d
-            at = j
-    return fabs(<double>xa[at] - <double>xb[at])
+    rank[0] = count_above(x, vocab, x[t], t) + 1
 
 
 cdef class RowSoftmax:
