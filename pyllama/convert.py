@@ -148,6 +148,10 @@ def _write_gguf(tmp: Path, cfg, weights, tok, qtype, file_type, model_name: str)
     tokens, token_types = vocabulary(tok.pieces)
     writer = GGUFWriter(tmp, "llama")
     arch = "llama"
+    # every tensor on a 64-byte boundary (the default is 32): the float32 kernels load 64 bytes at a
+    # time, and from rows 32 bytes off a cache line each load spans two (110M F32 pp512 at 2 threads:
+    # 911-916 tok/s with every matrix 32 bytes off, 965-1,013 aligned)
+    writer.add_custom_alignment(64)
     writer.add_name(model_name)
     writer.add_file_type(int(file_type))
     if qtype != GGMLQuantizationType.F32:

@@ -13,12 +13,12 @@ rows. ``dense_bytes`` is the plan of what ``init_dense`` allocates.
 
 from libc.string cimport memcpy
 
-import numpy as np
 
 from pyllama.attention.gather cimport GatherAttention
 
 from pyllama.attention.memory import gather_bytes
 from pyllama.attention.spec import Knob
+from pyllama.kernels.aligned import zeros_aligned
 
 POSITIONS = Knob("positions", int, 0, "cache size in positions; 0 = the model's trained context", min=0)
 
@@ -48,8 +48,8 @@ cdef class DenseAttention(GatherAttention):
         self.init_gather(config, rows, counters, score_rows)
         self.row_floats = padded_row(config.kv_dim)
         shape = (config.n_layers, self.positions, self.row_floats)
-        self.keys = <float*>self.own(np.zeros(shape, dtype=np.float32))
-        self.values = <float*>self.own(np.zeros(shape, dtype=np.float32))
+        self.keys = <float*>self.own(zeros_aligned(shape))
+        self.values = <float*>self.own(zeros_aligned(shape))
         return 0
 
     cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil:

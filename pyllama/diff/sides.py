@@ -21,6 +21,7 @@ from pyllama.diff._metrics import RowSoftmax
 from pyllama.diff.retrieval_scores import greedy_decode
 from pyllama.engine import Engine
 from pyllama.errors import PluginError, PyllamaError
+from pyllama.kernels.aligned import zeros_aligned
 
 if TYPE_CHECKING:
     from pyllama.checkpoint.weights import Weights
@@ -59,8 +60,8 @@ class LiveSide:
         self.blocks = blocks
         self.block = block
         self.recording: RecordWriter | None = None
-        self.hidden = np.zeros((block, config.dim), dtype=np.float32)
-        self.logits = np.zeros((block, config.vocab_size), dtype=np.float32)
+        self.hidden = zeros_aligned((block, config.dim))  # the classifier's block product reads it
+        self.logits = zeros_aligned((block, config.vocab_size))
         self.att = np.zeros((block, config.n_layers, config.q_dim), dtype=np.float32)
         self.mem = np.zeros(block, dtype=np.int64)
         self.bad_layer = np.full(block, -1, dtype=np.int32)  # the engine's nonfinite_layer per position

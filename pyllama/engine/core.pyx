@@ -18,6 +18,7 @@ from cpython.ref cimport PyObject
 import numpy as np
 
 from pyllama.attention.pool import Pool
+from pyllama.kernels.aligned import zeros_aligned
 from pyllama.errors import PositionError
 
 from pyllama.attention.base cimport Attention
@@ -139,8 +140,8 @@ cdef class Engine:
             "bx": c.dim, "bxb": c.dim, "bxb2": c.dim, "bhb": c.hidden_dim, "bhb2": c.hidden_dim,
             "bq": c.q_dim, "bk": c.kv_dim, "bv": c.kv_dim, "batt": c.q_dim,
         }
-        buffers = {name: np.zeros(n, dtype=np.float32) for name, n in one.items()}
-        buffers.update({name: np.zeros((B, n), dtype=np.float32) for name, n in block.items()})
+        buffers = {name: zeros_aligned(n) for name, n in one.items()}
+        buffers.update({name: zeros_aligned((B, n)) for name, n in block.items()})
         # the activation quantisation of the integer kernels: B vectors of the widest input
         buffers["qscratch"] = quant_scratch(&s.qscratch, widest, B)
         # per block row: the first layer whose residual stream held NaN/Inf (-1: none) and what went bad
