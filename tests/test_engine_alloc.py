@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 from gguf_reference import write_random_gguf
 
@@ -78,3 +79,19 @@ def test_generation_loop_does_not_allocate_on_block_quantised_weights(tmp_path, 
     for short, long in _measure(path, "clean"):
         assert long == short
         assert long[0] < 4096
+
+
+def test_the_buffers_the_kernels_read_start_cache_lines(stories260k):
+    """The engine's activations start 64-byte lines (kernels/aligned.py):
+    numpy's own large arrays sit 16 bytes past a page, where every 64-byte load spans two lines."""
+    from pyllama.kernels.aligned import zeros_aligned
+
+    for shape, dtype in [((3,), np.float32), ((64, 288), np.float32), ((5, 7), np.float64), ((33000,), np.int8)]:
+        a = zeros_aligned(shape, dtype)
+        assert a.ctypes.data % 64 == 0 and a.shape == shape and a.dtype == dtype and not a.any()
+    from pyllama.model import Model
+
+    engine = Model.load(stories260k).engine("causal")
+    addresses = engine.activation_addresses()
+    assert {"bx", "bxb", "bhb", "batt", "x", "logits"} <= addresses.keys()
+    assert {name: a % 64 for name, a in addresses.items() if a % 64} == {}

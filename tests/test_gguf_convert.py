@@ -89,6 +89,7 @@ def test_converted_weights(checkpoint, tmp_path, qtype):
     ) == (64, 100, 2, 4, 2, VOCAB, 48)
     assert not cfg_g.shared_classifier
     for tb, tg in zip(wb.tensors(), wg.tensors(), strict=True):
+        assert tg.data.ctypes.data % 64 == 0, f"{tg.name}: written off a 64-byte line (general.alignment 64)"
         f32 = tb.dequantize()
         if qtype == "f32" or (qtype == "q8_0" and tb.cols % 32):
             assert tg.qtype == QType.F32 and np.array_equal(tg.data, f32), tg.name

@@ -225,6 +225,11 @@ cdef class Engine:
         return int(sum(self._buffers[n].nbytes for n in BLOCK_BUFFERS)
                    + sum(a.nbytes for a in self._buffers["qscratch"]))
 
+    def activation_addresses(self) -> dict:
+        """The address of each float32 activation buffer by name (the tests check their alignment)."""
+        return {name: int(buf.ctypes.data) for name, buf in self._buffers.items()
+                if getattr(buf, "dtype", None) == np.float32}
+
     # ---- tracing, capture, ledger ----------------------------------------------------------------
     @property
     def tracer(self):
