@@ -21,6 +21,8 @@ from cython.parallel cimport prange
 
 import numpy as np
 
+from pyllama.kernels.aligned import zeros_aligned
+
 from pyllama.kernels.f16 cimport matvec_f16, matmul_f16
 from pyllama.kernels.quant cimport (
     matvec_q8_0, matvec_q8_0_many, matvec_q8_groups, matmul_q8_0, matmul_q8_0_many, matmul_q8_groups, dequantize_row,
@@ -283,7 +285,7 @@ cdef object quant_scratch(QuantScratch* scratch, Py_ssize_t cols, Py_ssize_t n_p
     """Point ``scratch`` at new buffers for products over ``cols`` inputs at ``n_pos`` positions (the
     activation quantised to Q8_0, Q8_1, Q8_K or int8 groups); keep the returned owner alive."""
     n = max(cols * n_pos, 1)
-    owner = (np.zeros(n, dtype=np.int8), np.zeros(n, dtype=np.float32),
+    owner = (zeros_aligned(n, np.int8), zeros_aligned(n, np.float32),  # the kernels load these in vectors
              np.zeros(n // 32 + 1, dtype=np.float32), np.zeros(n // 16 + 1, dtype=np.int16))
     scratch.q = <signed char*><size_t>owner[0].ctypes.data
     scratch.scales = <float*><size_t>owner[1].ctypes.data
