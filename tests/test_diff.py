@@ -222,7 +222,9 @@ def test_block_classifier_gives_the_engines_logits_bit_for_bit(name):
     engine = m.engine("causal", threads=1)
     expect = np.array([np.array(engine.forward(int(t), p)) for p, t in enumerate(tokens)])
     for threads, n in ((1, len(tokens)), (2, 10)):  # blocks of 64 and a partial one; rows split over threads
-        side = LiveSide("causal", Engine(m.config, m.weights, Causal(), threads, max_block=64), 64, m.config, m.weights, threads)
+        side = LiveSide(
+            "causal", Engine(m.config, m.weights, Causal(), threads, max_block=64), 64, m.config, m.weights, threads
+        )
         got = []
         for c0 in range(0, n, 64):
             block = tokens[c0 : min(c0 + 64, n)]
