@@ -111,9 +111,12 @@ def test_products_follow_ggml_order_bit_for_bit(ggml_type, rows, cols):
     rng = np.random.default_rng(rows * 1000 + cols)
     raw = np.ascontiguousarray(_random_raw(rng, ggml_type, rows, cols))
     t = Tensor("w", QType[ggml_type.name], rows, cols, raw)
-    x = (rng.standard_normal((3, cols)) * np.array([[0.05], [1.0], [40.0]])).astype(f32)
-    for p in range(3):
-        want = ggml_order(raw, ggml_type, rows, cols, x[p])
+    # six positions: a block takes the four-position tiles (four rows at a time where rows % 4 == 0),
+    # then two positions one by one
+    x = (rng.standard_normal((6, cols)) * np.array([[0.05], [1.0], [40.0], [0.3], [7.0], [0.01]])).astype(f32)
+    want = np.stack([ggml_order(raw, ggml_type, rows, cols, x[p]) for p in range(6)])
+    for p in range(6):
         got = matvec_tensor(t, x[p])
-        assert np.array_equal(got.view(np.int32), want.view(np.int32)), f"{np.sum(got != want)} rows differ"
-    assert np.array_equal(matmul_tensor(t, x, 2), np.stack([matvec_tensor(t, x[p]) for p in range(3)]))
+        assert np.array_equal(got.view(np.int32), want[p].view(np.int32)), f"{np.sum(got != want[p])} rows differ"
+    block = matmul_tensor(t, x, 2)
+    assert np.array_equal(block.view(np.int32), want.view(np.int32)), f"{np.sum(block != want)} block elements differ"

@@ -101,6 +101,7 @@ cdef RowProduct kquant_product(const Matrix* m) noexcept nogil:
     cdef RowProduct plan
     plan.dot8 = NULL
     plan.dot8x4 = NULL
+    plan.dot4x4 = NULL
     plan.act = ACT_Q8_K
     plan.row_bytes = kquant_row_bytes(kquant_kind(m.qtype), m.cols)
     plan.dot, plan.tile4 = <row_dot_fn>dot_q6_k, <tile4_dot_fn>tile4_q6_k

@@ -179,28 +179,6 @@ static inline void pyllama_q8_0_unsign(int8_t* q, ptrdiff_t n) {
     for (ptrdiff_t i = 0; i < n; i++) q[i] = (int8_t)((uint8_t)q[i] ^ 0x80);
 }
 
-/* pyllama_reduce8 of eight accumulators at once: transposed 8 x 8 so that x[k] holds lane k of each,
-   then ((x0 + x4) + (x2 + x6)) + ((x1 + x5) + (x3 + x7)) elementwise, pyllama_reduce8's additions for
-   every accumulator (its scalar form spent about as long as a 288-column tile's blocks) */
-static inline __m256 pyllama_reduce8_x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5,
-                                        __m256 a6, __m256 a7) {
-    const __m256 t0 = _mm256_unpacklo_ps(a0, a1), t1 = _mm256_unpackhi_ps(a0, a1);
-    const __m256 t2 = _mm256_unpacklo_ps(a2, a3), t3 = _mm256_unpackhi_ps(a2, a3);
-    const __m256 t4 = _mm256_unpacklo_ps(a4, a5), t5 = _mm256_unpackhi_ps(a4, a5);
-    const __m256 t6 = _mm256_unpacklo_ps(a6, a7), t7 = _mm256_unpackhi_ps(a6, a7);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    /* x[k]: lane k of a0 .. a7 */
-    const __m256 x0 = _mm256_permute2f128_ps(u0, u4, 0x20), x4 = _mm256_permute2f128_ps(u0, u4, 0x31);
-    const __m256 x1 = _mm256_permute2f128_ps(u1, u5, 0x20), x5 = _mm256_permute2f128_ps(u1, u5, 0x31);
-    const __m256 x2 = _mm256_permute2f128_ps(u2, u6, 0x20), x6 = _mm256_permute2f128_ps(u2, u6, 0x31);
-    const __m256 x3 = _mm256_permute2f128_ps(u3, u7, 0x20), x7 = _mm256_permute2f128_ps(u3, u7, 0x31);
-    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(x0, x4), _mm256_add_ps(x2, x6)),
-                         _mm256_add_ps(_mm256_add_ps(x1, x5), _mm256_add_ps(x3, x7)));
-}
-
 /* The tile: rows row[0..3] times 4 positions. Each accumulator is a variable of its own: gcc kept an
    array of 16 vectors in memory, loading and storing all of them every block; as variables they stay
    in 16 of the 32 registers. */
@@ -234,8 +212,8 @@ static void pyllama_q8_0_tile_u4(const uint8_t* const* row, const uint8_t* xu, c
         PYLLAMA_Q8U_POSITION(0) PYLLAMA_Q8U_POSITION(1) PYLLAMA_Q8U_POSITION(2) PYLLAMA_Q8U_POSITION(3)
     }
     /* rows 0-3 of positions 0 and 1, then of 2 and 3: each position's four rows are contiguous in out */
-    const __m256 r01 = pyllama_reduce8_x8(a00, a10, a20, a30, a01, a11, a21, a31);
-    const __m256 r23 = pyllama_reduce8_x8(a02, a12, a22, a32, a03, a13, a23, a33);
+    const __m256 r01 = pyllama_qreduce8_x8(a00, a10, a20, a30, a01, a11, a21, a31);
+    const __m256 r23 = pyllama_qreduce8_x8(a02, a12, a22, a32, a03, a13, a23, a33);
     _mm_storeu_ps(out, _mm256_castps256_ps128(r01));
     _mm_storeu_ps(out + out_stride, _mm256_extractf128_ps(r01, 1));
     _mm_storeu_ps(out + 2 * out_stride, _mm256_castps256_ps128(r23));

@@ -33,6 +33,10 @@ arch/x86/quants.c and repack.cpp; checked against libggml-cpu's own ``vec_dot`` 
   file: the activation block is loaded once for the eight rows and, for Q4_0, the nibbles are used
   unsigned, (q - 8)·x = q·x - 8·Σx, which is the same integer.
 
+In a block of positions (prompts, teacher forcing) the vec_dot types take four positions at a time: one
+row (``RowProduct.tile4``), or four rows where the row count is a multiple of 4 (``dot4x4``,
+qlegacy_rows4.h), so that four rows share each activation load. Every element is still the row dot's.
+
 AVX2 (with FMA) and the portable C path compute the same integers and the same float operations (one
 rounding per fused multiply-add: ``_mm256_fmadd_ps`` or ``fmaf``), so the two builds give identical
 bits (checked: every type at several row counts and lengths, an AVX2 build against a portable one, bit
@@ -49,7 +53,8 @@ from libc.stdint cimport uint8_t
 from pyllama.kernels.matvec cimport (Matrix, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,
                                      QTYPE_IQ4_NL, QTYPE_BF16)
 from pyllama.kernels.qproduct cimport (
-    pyllama_qact, row_dot_fn, group8_dot_fn, group8x4_dot_fn, tile4_dot_fn, RowProduct, ACT_Q8_0, ACT_Q8_1, ACT_F32,
+    pyllama_qact, row_dot_fn, group8_dot_fn, group8x4_dot_fn, group4x4_dot_fn, tile4_dot_fn, RowProduct, ACT_Q8_0,
+    ACT_Q8_1, ACT_F32,
 )
 
 cdef extern from "qlegacy.h":
@@ -82,6 +87,14 @@ cdef extern from "qlegacy_rows8.h":
                                                            const pyllama_qact* a, Py_ssize_t n, float* out,
                                                            Py_ssize_t out_stride) noexcept nogil
 
+cdef extern from "qlegacy_rows4.h":
+    void rows4x4_q4_1 "pyllama_rows4x4_q4_1"(const uint8_t* w, Py_ssize_t row_bytes, const pyllama_qact* a,
+                                             Py_ssize_t n, float* out, Py_ssize_t out_stride) noexcept nogil
+    void rows4x4_q5_0 "pyllama_rows4x4_q5_0"(const uint8_t* w, Py_ssize_t row_bytes, const pyllama_qact* a,
+                                             Py_ssize_t n, float* out, Py_ssize_t out_stride) noexcept nogil
+    void rows4x4_q5_1 "pyllama_rows4x4_q5_1"(const uint8_t* w, Py_ssize_t row_bytes, const pyllama_qact* a,
+                                             Py_ssize_t n, float* out, Py_ssize_t out_stride) noexcept nogil
+
 
 cdef inline int legacy_kind(int qtype) noexcept nogil:
     if qtype == QTYPE_Q4_0:
@@ -101,6 +114,7 @@ cdef RowProduct qlegacy_product(const Matrix* m) noexcept nogil:
     plan.dot, plan.dot8, plan.act = <row_dot_fn>dot_q4_0, NULL, ACT_Q8_0
     plan.tile4 = NULL
     plan.dot8x4 = NULL
+    plan.dot4x4 = NULL
     plan.row_bytes = legacy_row_bytes(legacy_kind(m.qtype), m.cols) if m.qtype != QTYPE_BF16 else m.cols * 2
     # llama.cpp repacks Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 (see the docstring)
     if m.rows % 8 == 0 and (m.qtype == QTYPE_Q4_0 or m.qtype == QTYPE_IQ4_NL):
@@ -110,10 +124,13 @@ cdef RowProduct qlegacy_product(const Matrix* m) noexcept nogil:
         plan.dot, plan.act = <row_dot_fn>dot_bf16, ACT_F32
     elif m.qtype == QTYPE_Q4_1:
         plan.dot, plan.tile4, plan.act = <row_dot_fn>dot_q4_1, <tile4_dot_fn>tile4_q4_1, ACT_Q8_1
+        plan.dot4x4 = <group4x4_dot_fn>rows4x4_q4_1
     elif m.qtype == QTYPE_Q5_0:
         plan.dot, plan.tile4 = <row_dot_fn>dot_q5_0, <tile4_dot_fn>tile4_q5_0
+        plan.dot4x4 = <group4x4_dot_fn>rows4x4_q5_0
     elif m.qtype == QTYPE_Q5_1:
         plan.dot, plan.tile4, plan.act = <row_dot_fn>dot_q5_1, <tile4_dot_fn>tile4_q5_1, ACT_Q8_1
+        plan.dot4x4 = <group4x4_dot_fn>rows4x4_q5_1
     elif m.qtype == QTYPE_IQ4_NL:
         plan.dot = <row_dot_fn>dot_iq4_nl
     return plan

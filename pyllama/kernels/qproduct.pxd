@@ -28,14 +28,18 @@ ctypedef void (*tile4_dot_fn)(const unsigned char* w, const pyllama_qact* a4, Py
 ctypedef void (*group8x4_dot_fn)(const unsigned char* w, Py_ssize_t row_bytes, const pyllama_qact* a4,
                                  Py_ssize_t cols, float* out, Py_ssize_t out_stride) noexcept nogil
 
+# four consecutive rows times four positions into out[p * out_stride + j], each element the row kernel's
+ctypedef group8x4_dot_fn group4x4_dot_fn
+
 # how one matrix is multiplied: its row kernel, or its eight-row kernel (then rows % 8 == 0), its
-# four-position kernel for blocks, the activation type it pairs with and the bytes of a row
+# four-position kernels for blocks, the activation type it pairs with and the bytes of a row
 # (qlegacy_product, kquant_product)
 ctypedef struct RowProduct:
     row_dot_fn dot
     group8_dot_fn dot8       # NULL: one row at a time with dot
     tile4_dot_fn tile4       # NULL: a block one position at a time with dot (unused with dot8)
     group8x4_dot_fn dot8x4   # with dot8: a block four positions at a time
+    group4x4_dot_fn dot4x4   # without dot8: a block four rows and four positions at a time (rows % 4 == 0)
     int act
     Py_ssize_t row_bytes
 

@@ -57,18 +57,18 @@ cdef inline void quantize_position(Py_ssize_t cols, const float* x, Py_ssize_t p
 
 cdef void quant_product_many(int count, float** outs, const Matrix** ms, const RowProduct* plans, const float* x,
                              Py_ssize_t n_pos, QuantScratch* scratch, int n_threads) noexcept nogil:
-    """Units are single rows, or groups of eight rows for a matrix with an eight-row kernel, numbered one
-    matrix after another; one static parallel loop over all of them (Q, K and V, or the FFN's gate and
-    up, of one decode step or one block: one barrier instead of count, and x quantised once instead of
-    count times). Element (p, r) of matrix k is plans[k]'s computation of W_k[r] and x[p], whatever the
-    grouping, n_pos or the thread count."""
+    """Units are single rows, or groups of eight or four rows (unit_rows), numbered one matrix after
+    another; one static parallel loop over all of them (Q, K and V, or the FFN's gate and up, of one
+    decode step or one block: one barrier instead of count, and x quantised once instead of count times).
+    Element (p, r) of matrix k is plans[k]'s computation of W_k[r] and x[p], whatever the grouping, n_pos
+    or the thread count."""
     cdef Py_ssize_t first[MAX_MANY + 1]
     cdef Py_ssize_t t, n_units, p, cols = ms[0].cols
     cdef long long work = 0
     cdef int k
     first[0] = 0
     for k in range(count):
-        first[k + 1] = first[k] + (ms[k].rows // 8 if plans[k].dot8 != NULL else ms[k].rows)
+        first[k + 1] = first[k] + ms[k].rows // unit_rows(&plans[k], ms[k].rows, n_pos)
         work += ms[k].rows * ms[k].cols * n_pos // QBLOCK_WORK_DIV
     n_units = first[count]
     cdef bint serial = team_size(n_threads, work) == 1
@@ -94,6 +94,16 @@ cdef void quant_product_many(int count, float** outs, const Matrix** ms, const R
             product_unit(outs, ms, plans, first, count, t, scratch, x, n_pos)
 
 
+cdef inline Py_ssize_t unit_rows(const RowProduct* plan, Py_ssize_t rows, Py_ssize_t n_pos) noexcept nogil:
+    """Rows per unit: eight with an eight-row kernel; four in a block of four or more positions with a
+    four-row kernel (rows % 4 == 0: four rows share each activation load); else one."""
+    if plan.dot8 != NULL:
+        return 8
+    if plan.dot4x4 != NULL and n_pos >= 4 and rows % 4 == 0:
+        return 4
+    return 1
+
+
 cdef inline void product_unit(float** outs, const Matrix** ms, const RowProduct* plans, const Py_ssize_t* first,
                               int count, Py_ssize_t t, const QuantScratch* scratch, const float* x,
                               Py_ssize_t n_pos) noexcept nogil:
@@ -104,7 +114,19 @@ cdef inline void product_unit(float** outs, const Matrix** ms, const RowProduct*
     cdef const unsigned char* w = <const unsigned char*>ms[k].data
     cdef pyllama_qact a
     cdef pyllama_qact a4[4]
-    cdef Py_ssize_t p0 = 0
+    cdef Py_ssize_t p0 = 0, j
+    if plan.dot8 == NULL and unit_rows(plan, rows, n_pos) == 4:
+        w += 4 * u * plan.row_bytes
+        while p0 + 4 <= n_pos:
+            for p in range(4):
+                a4[p] = activation_of(scratch, x, cols, p0 + p)
+            plan.dot4x4(w, plan.row_bytes, a4, cols, outs[k] + p0 * rows + 4 * u, rows)
+            p0 += 4
+        for p in range(p0, n_pos):
+            a = activation_of(scratch, x, cols, p)
+            for j in range(4):
+                outs[k][p * rows + 4 * u + j] = plan.dot(w + j * plan.row_bytes, &a, cols)
+        return
     if plan.dot8 != NULL:
         if plan.dot8x4 != NULL:
             while p0 + 4 <= n_pos:
