@@ -192,7 +192,7 @@ def generate(
         raise TokenizerError(f"{model.path}: no tokenizer: pass one with tokenizer=... (-z on the CLI)")
     _, ids = prompt_ids(tokenizer, user, system, template)
     options.setdefault("steps", 0)  # up to the context; an end token stops it first
-    echoed = len(tokenizer.decode(ids))  # the prompt's own text, which generate streams first
+    echoed = len(tokenizer.decode_sequence(ids))  # the prompt's own text, which generate streams first
     seen = 0
 
     def reply_only(text: str) -> None:

@@ -154,14 +154,17 @@ class Model:
         """float32[len(tokens), vocab]: the logits of every position of ``tokens`` fed from position 0,
         run in blocks of positions (each weight read once per block; bit-identical to ``forward``
         position by position). ``attention``: a plugin spec or instance (default: causal)."""
-        ids = np.ascontiguousarray(tokens, dtype=np.int32)
-        if ids.ndim != 1 or ids.shape[0] == 0:
-            raise InputError(f"logits: tokens must be a non-empty 1-D sequence of ids, got shape {ids.shape}")
-        bad = (ids < 0) | (ids >= self.config.vocab_size)
+        given = np.asarray(tokens)
+        if given.ndim != 1 or given.shape[0] == 0:
+            raise InputError(f"logits: tokens must be a non-empty 1-D sequence of ids, got shape {given.shape}")
+        if given.dtype.kind not in "iu":
+            raise InputError(f"logits: tokens must be integer ids, got {given.dtype} values")
+        bad = (given < 0) | (given >= self.config.vocab_size)  # before int32 could wrap a large id
         if bad.any():
             raise InputError(
-                f"logits: token id {int(ids[bad][0])} is outside the vocabulary of {self.config.vocab_size}"
+                f"logits: token id {int(given[bad][0])} is outside the vocabulary of {self.config.vocab_size}"
             )
+        ids = np.ascontiguousarray(given, dtype=np.int32)
         engine = self.engine(attention, threads)
         if ids.shape[0] > engine.max_positions:
             raise InputError(
@@ -243,6 +246,8 @@ class Model:
 
     def tokenize(self, text: str, bos: bool | None = None) -> list[int]:
         """Token ids of ``text``; ``bos`` None: as the tokenizer says (llama2.c: always BOS)."""
+        if not isinstance(text, str):
+            raise InputError(f"tokenize: text must be a str, got {type(text).__name__}")
         return list(self._require_tokenizer().encode(text, bos=bos, eos=False))
 
     def _prompt_and_steps(self, prompt: str | list[int], steps: int, max_pos: int) -> tuple[list[int], int, list[str]]:
@@ -262,6 +267,11 @@ class Model:
                 + (" (the model's context)" if max_pos == self.config.seq_len else "")
             )
             steps = max_pos
+        if steps < len(prompt_ids) <= max_pos:
+            notices.append(
+                f"steps {steps} end inside the prompt's {len(prompt_ids)} tokens: nothing is generated "
+                f"(pass more steps, e.g. -n {min(len(prompt_ids) + 256, max_pos)})"
+            )
         if len(prompt_ids) > max_pos:
             raise InputError(
                 f"the prompt is {len(prompt_ids)} tokens but the attention plugin holds {max_pos} positions: "
@@ -342,10 +352,11 @@ class _TextStream:
     ``failure`` keeps it so that ``generate`` re-raises it as it is."""
 
     def __init__(self, tokenizer: Tokenizer, first: int, on_text: Callable[[str], None] | None) -> None:
-        self.decoder = tokenizer.decoder(first)
+        self.decoder, head = tokenizer.start(first)
         self.on_text = on_text
         self.pieces: list[str] = []
         self.failure: list[BaseException] = []
+        self._emit(head)  # the prompt's first token, unless it is BOS
 
     def _emit(self, s: str) -> None:
         if s:

@@ -198,3 +198,24 @@ def test_cli_chat_with_a_template_file(tmp_path):
     template.write_text("{{ raise_exception('no') }}")
     result = runner.invoke(main, ["chat", "-c", str(path), "--template", str(template), "ab"])
     assert result.exit_code == 1 and result.output.count("\n") == 1 and "refuses these messages: no" in result.output
+
+
+def test_a_prompt_without_bos_is_printed_from_its_first_token():
+    """SmolLM2 adds no BOS, so a prompt's first id is a real token ("Once"): generate prints it, as it
+    prints every prompt token after a BOS (it was taken for BOS and dropped)."""
+    model = Model.load(shared_file(SMOLLM2), threads=1)
+    streamed: list[str] = []
+    result = model.generate("Once upon a time", steps=6, temperature=0.0, on_text=streamed.append)
+    assert result.prompt_ids[0] != model.tokenizer.bos_id and len(result.ids) == 3
+    assert result.text.startswith("Once upon a time") and "".join(streamed) == result.text
+    assert model.tokenizer.decode_sequence(result.prompt_ids) == "Once upon a time"
+
+
+def test_a_template_file_that_is_not_utf8_is_one_line(tmp_path):
+    path = tmp_path / "m.gguf"
+    _chat_model(path, zero_classifier=False, template=None)
+    template = tmp_path / "t.jinja"
+    template.write_bytes(b"<|im_start|>\xff\xfe{{ messages }}")
+    result = CliRunner().invoke(main, ["chat", "-c", str(path), "--template", str(template), "ab"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert "not UTF-8 text" in result.output and str(template) in result.output

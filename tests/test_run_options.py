@@ -37,6 +37,15 @@ def model():
     return Model.load(shared_file("stories260K.bin"), tokenizer=shared_file("tok512.bin"))
 
 
+def test_steps_that_end_inside_the_prompt_say_so(model):
+    """steps count positions, the prompt's included: fewer than the prompt's tokens generate nothing,
+    which a notice says; as many generate one token (run.c samples after the prompt's last position)."""
+    short = model.generate("Once upon a time", steps=4, temperature=0.0)
+    assert short.ids == [] and any("nothing is generated" in n for n in short.notices), short.notices
+    full = model.generate("Once upon a time", steps=5, temperature=0.0)
+    assert len(full.ids) == 1 and not any("nothing is generated" in n for n in full.notices)
+
+
 # ---- sampling and run options ---------------------------------------------------------------------
 @pytest.mark.parametrize(
     "args, says",
@@ -83,6 +92,25 @@ def test_threads_are_bounded_in_every_command(model_args, command):
 def test_the_python_api_refuses_them_too(model, kwargs, says):
     with pytest.raises(PyllamaError, match=says):
         model.generate("Once", **{"steps": 8, **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("tokens", "says"),
+    [
+        ([1.5, 2], "integer ids"),
+        ([1, 2**33], "outside the vocabulary"),  # not wrapped to a valid int32 id
+        ([], "non-empty"),
+        ([[1, 2]], "1-D"),
+    ],
+)
+def test_logits_refuses_what_is_not_a_sequence_of_ids(model, tokens, says):
+    with pytest.raises(PyllamaError, match=says):
+        model.logits(tokens)
+
+
+def test_tokenize_refuses_what_is_not_text(model):
+    with pytest.raises(PyllamaError, match="must be a str"):
+        model.tokenize(5)
 
 
 def test_model_load_refuses_a_thread_count_out_of_range():

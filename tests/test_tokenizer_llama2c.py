@@ -295,6 +295,9 @@ def test_after_bos_the_leading_space_goes(tokenizer_512):
     assert tokenizer_512.piece_after(None, ids[1]) == b" Once"
     assert tokenizer_512.decode(ids) == "Once upon a time"
     assert tokenizer_512.decode([0] + ids[1:]) == " Once upon a time"  # no BOS before it: the space stays
+    # a whole sequence as generate prints it: a leading BOS is not printed, any other first token is
+    assert tokenizer_512.decode_sequence(ids) == "Once upon a time"
+    assert tokenizer_512.decode_sequence(ids[1:]) == " Once upon a time"
 
 
 def test_control_bytes_are_dropped_like_safe_printf(tokenizer_512):

@@ -23,6 +23,7 @@ from pyllama.cli.shared import (
     tokenizer_option,
     topp_option,
 )
+from pyllama.errors import InputError
 
 
 @click.command()
@@ -63,7 +64,7 @@ def chat(
     """
     from pyllama import chat as chat_api
 
-    template = None if template_file is None else Path(template_file).read_text(encoding="utf-8")
+    template = None if template_file is None else _read_template(Path(template_file))
     if print_prompt:
         from pyllama.load import open_tokenizer
 
@@ -93,3 +94,10 @@ def chat(
         click.echo(json.dumps(result.to_json(), ensure_ascii=False))
     else:
         sys.stdout.write("\n")
+
+
+def _read_template(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}): pass a Jinja template") from None

@@ -85,7 +85,13 @@ def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, atte
 
 
 @click.command()
-@tokenizer_option
+@click.option(
+    "-z",
+    "--tokenizer",
+    type=click.Path(dir_okay=False),
+    required=True,
+    help="Tokenizer: llama2.c tokenizer.bin/tok512.bin, or a GGUF file (its vocabulary).",
+)
 @click.option("--no-bos", is_flag=True, help="Do not prepend BOS (the raw encoding).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"ids": [...]}.')
 @click.argument("text")
@@ -98,8 +104,6 @@ def tokenize(tokenizer, no_bos, as_json, text):
     """
     from pyllama.load import open_tokenizer
 
-    if tokenizer is None:
-        raise click.UsageError("pass the tokenizer with -z (a llama2.c tokenizer .bin or a GGUF file)")
     tok = open_tokenizer(tokenizer)
     ids = tok.encode(text, bos=False if no_bos else None, eos=False)
     if as_json:

@@ -77,9 +77,26 @@ class Tokenizer(ABC):
         """A streaming decoder; ``first_token`` is the token before the first one fed (usually BOS)."""
         return StreamDecoder(self, first_token)
 
+    def start(self, first_token: int) -> tuple[StreamDecoder, str]:
+        """A streaming decoder for a sequence that starts with ``first_token``, and that token's own
+        text: ``""`` for BOS, which run.c never prints, else its piece (a vocabulary that adds no BOS,
+        as SmolLM2's, starts a prompt with a real token, which is printed)."""
+        if first_token == self.bos_id:
+            return self.decoder(first_token), ""
+        stream = self.decoder(None)
+        return stream, stream.feed(first_token)
+
+    def decode_sequence(self, ids: Sequence[int]) -> str:
+        """Text of a whole sequence as ``generate`` prints it: every id, except a leading BOS."""
+        if not ids:
+            return ""
+        stream, head = self.start(ids[0])
+        return head + "".join(stream.feed(token) for token in ids[1:]) + stream.flush()
+
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids`` as a generation loop prints it: ``ids[0]`` is not printed, it is the token
-        before ``ids[1]`` (so ``decode(encode(text))`` gives ``text`` back, BOS first)."""
+        """Text of ``ids[1:]`` as printed after ``ids[0]``: ``ids[0]`` is context, never printed (so
+        ``decode(encode(text))`` gives ``text`` back where ``encode`` adds BOS; ``decode_sequence``
+        prints a first token that is not BOS)."""
         if not ids:
             return ""
         stream = self.decoder(ids[0])
