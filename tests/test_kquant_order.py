@@ -104,5 +104,10 @@ def test_products_follow_llama_cpp_float_order_bitwise(ggml_type, rows):
             want = emulated_products(raw, ggml_type, x)
             got = matvec_tensor(tensor, x)
             assert np.array_equal(got.view(np.int32), want.view(np.int32)), (ggml_type, rows, cols)
-            block = matmul_tensor(tensor, np.stack([x * F32(0.5), x]))[1]
-            assert np.array_equal(block.view(np.int32), want.view(np.int32))
+            # five positions: the four-position tile, then one alone; each its own activation, so a
+            # position taken for another shows
+            xs = np.stack([x, x * F32(0.5), -x, rng.standard_normal(cols).astype(F32), x * F32(4.0)])
+            block = matmul_tensor(tensor, xs)
+            for p in range(len(xs)):
+                want_p = want if p == 0 else emulated_products(raw, ggml_type, xs[p])
+                assert np.array_equal(block[p].view(np.int32), want_p.view(np.int32)), (ggml_type, rows, cols, p)

@@ -232,24 +232,68 @@ static inline float pyllama_dot_kquant(int kind, const uint8_t* w, const pyllama
     return pyllama_kquant_finish(kind, &k);
 }
 
-/* One row times four positions (a[0..3]): out[p * out_stride] = pyllama_dot_kquant(kind, w, &a[p], cols),
-   the same steps per element, the four taken block by block so that a super-block's weights and
-   scales are read (and, where the compiler shares them, unpacked) once for the four */
-static inline void pyllama_tile4_kquant(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols,
-                                        float* out, ptrdiff_t out_stride) {
+/* One row times four positions (a[0..3]): out[p * out_stride] = pyllama_dot_kquant(kind, w, &a[p], cols).
+   Per super-block the weights are unpacked and the scales spread once for the four (the _x4 lanes of
+   kquants_lanes.h: one position at a time, the unpacking was most of the work); each position's
+   integer lanes are the same values and its float steps are pyllama_kquant_step's, in its order, so
+   every element is the row dot's. */
+static inline __attribute__((always_inline)) void pyllama_tile4_kquant(int kind, const uint8_t* w,
+                                                                       const pyllama_qact* a, ptrdiff_t cols,
+                                                                       float* out, ptrdiff_t out_stride) {
     const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
-    pyllama_kacc k0 = PYLLAMA_KACC_ZERO, k1 = PYLLAMA_KACC_ZERO, k2 = PYLLAMA_KACC_ZERO, k3 = PYLLAMA_KACC_ZERO;
+    pyllama_kacc k[4] = {PYLLAMA_KACC_ZERO, PYLLAMA_KACC_ZERO, PYLLAMA_KACC_ZERO, PYLLAMA_KACC_ZERO};
     for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
         const uint8_t* blk = w + bytes * b;
-        pyllama_kquant_step(kind, blk, &a[0], b, &k0);
-        pyllama_kquant_step(kind, blk, &a[1], b, &k1);
-        pyllama_kquant_step(kind, blk, &a[2], b, &k2);
-        pyllama_kquant_step(kind, blk, &a[3], b, &k3);
+#if PYLLAMA_QBLOCKS_AVX2
+        const int8_t* xq[4];
+        const int16_t* bs[4];
+        for (int p = 0; p < 4; p++) {
+            xq[p] = a[p].q + PYLLAMA_QK_K * b;
+            bs[p] = a[p].bsums + 16 * b;
+        }
+        float d, dmin = 0.0f;
+        if (kind == PK_Q2_K) { d = pyllama_half_at(blk + 80); dmin = pyllama_half_at(blk + 82); }
+        else if (kind == PK_Q3_K) d = pyllama_half_at(blk + 108);
+        else if (kind == PK_Q6_K) d = pyllama_half_at(blk + 208);
+        else { d = pyllama_half_at(blk); dmin = pyllama_half_at(blk + 2); }
+        __m256i lanes[4];
+        if (kind == PK_Q2_K || kind == PK_Q3_K) {
+            __m128i sc8;
+            if (kind == PK_Q2_K) {
+                const __m128i raw = _mm_loadu_si128((const __m128i*)blk);
+                const __m128i m4 = _mm_set1_epi8(15);
+                sc8 = _mm_and_si128(raw, m4);
+                const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+                for (int p = 0; p < 4; p++) {
+                    const float ndmin = -a[p].d[b] * dmin;
+                    const __m256i ml = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i*)bs[p]));
+                    k[p].acc = _mm256_fmadd_ps(_mm256_set1_ps(ndmin), _mm256_cvtepi32_ps(ml), k[p].acc);
+                }
+            } else {
+                sc8 = pyllama_q3k_scales8(blk + 96);
+            }
+            pyllama_klanes_q23k_x4(kind, blk, xq, sc8, lanes);
+        } else if (kind == PK_Q6_K) {
+            pyllama_klanes_q6k_x4(blk, xq, bs, lanes);
+        } else {
+            __m256i scales;
+            __m128i mins;
+            pyllama_k4_scales_avx2(blk + 4, &scales, &mins);
+            for (int p = 0; p < 4; p++) {
+                const float ndmin = -a[p].d[b] * dmin;
+                const __m128i ml = pyllama_k4_min_lanes(mins, bs[p]);
+                if (kind == PK_Q4_K) k[p].acc_m = _mm_fmadd_ps(_mm_set1_ps(ndmin), _mm_cvtepi32_ps(ml), k[p].acc_m);
+                else k[p].summs = fmaf(ndmin, (float)pyllama_hsum_i32x4(ml), k[p].summs);
+            }
+            pyllama_klanes_q45k_x4(kind, blk, xq, scales, lanes);
+        }
+        for (int p = 0; p < 4; p++)
+            k[p].acc = _mm256_fmadd_ps(_mm256_set1_ps(a[p].d[b] * d), _mm256_cvtepi32_ps(lanes[p]), k[p].acc);
+#else
+        for (int p = 0; p < 4; p++) pyllama_kquant_step(kind, blk, &a[p], b, &k[p]);
+#endif
     }
-    out[0] = pyllama_kquant_finish(kind, &k0);
-    out[out_stride] = pyllama_kquant_finish(kind, &k1);
-    out[2 * out_stride] = pyllama_kquant_finish(kind, &k2);
-    out[3 * out_stride] = pyllama_kquant_finish(kind, &k3);
+    for (int p = 0; p < 4; p++) out[p * out_stride] = pyllama_kquant_finish(kind, &k[p]);
 }
 
 static float pyllama_dot_q2_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
