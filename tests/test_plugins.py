@@ -53,7 +53,7 @@ def test_positional_keyword_and_flag_arguments(args, expected):
         ("sliding:0", "sliding: window=0 is below its minimum 1"),
         ("sliding:abc", "sliding: window='abc' is not a valid int"),
         ("sliding:size=3", "sliding: unknown knob 'size'; knobs: window (int >= 1, default 256)"),
-        ("sliding:1,2", "sliding: 2 positional arguments (1, 2) but it has 1 knobs"),
+        ("sliding:1,2", "sliding: 2 positional arguments (1, 2) but it has 1 knob;"),
         ("sliding:window=1,window=2", "sliding: window is given twice"),
         ("sink:5,window=3,7", "sink: window is given twice"),
         ("sink:4,,2", "sink: empty argument"),

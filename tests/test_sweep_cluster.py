@@ -211,4 +211,47 @@ def test_the_command_runs_a_study_file_on_a_scheduler(cluster, tmp_path):
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 1 and "rows.jsonl exists: pass --resume" in again.output
     resumed = CliRunner().invoke(main, [*args, "--resume"])
-    assert resumed.exit_code == 0 and "2 cells, 0 failed" in resumed.output
+    assert resumed.exit_code == 0, resumed.output
+    assert f"2 cells: 0 run, 2 already done, 0 failed: wrote {out}/results.parquet" in resumed.output
+
+
+def test_the_command_exits_non_zero_after_writing_the_table_when_a_cell_failed(cluster, tmp_path):
+    from click.testing import CliRunner
+
+    from pyllama.cli import main
+
+    study_file = tmp_path / "study.toml"
+    study_file.write_text(
+        f'models = ["{shared_file("stories260K.bin")}"]\n'
+        f'tokenizer = "{shared_file("tok512.bin")}"\n'
+        f'probes = ["{PROBES[0]}"]\n'
+        '[[plugins]]\nname = "sliding"\nwindow = 8\n'
+        f'[[plugins]]\nname = "{PLUGINS}:Fragile"\nfail_at = [-1, 5]\n',
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    args = ["sweep", str(study_file), "--out", str(out), "--scheduler", cluster.scheduler_address]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert result.stdout.strip().splitlines() == [
+        f"3 cells, 1 failed: wrote {out}/results.parquet and {out}/results.csv"
+    ]
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith("cell ") and "fragile: failed on purpose after 5 positions" in error
+    df = pd.read_parquet(out / "results.parquet")  # the table is written all the same
+    assert len(df) == 3 and df["error"].notna().tolist() == [False, False, True]
+    # --resume runs the failed cell again: it fails again, and says what was run and what was kept
+    resumed = CliRunner().invoke(main, [*args, "--resume"])
+    assert resumed.exit_code == 1, resumed.output
+    assert resumed.stdout.startswith("3 cells: 1 run, 2 already done, 1 failed: wrote ")
+
+
+def test_threads_per_cell_beyond_the_workers_limit_are_refused_before_any_cell(cluster, tmp_path):
+    from pyllama.errors import InputError
+    from pyllama.options import max_threads
+
+    rows = []  # the workers run on this machine: their limit is this machine's
+    with pytest.raises(InputError, match=rf"^threads per cell {max_threads() + 1} is out of range on the cluster: "):
+        run(study(), tmp_path / "out", scheduler=cluster.scheduler_address, threads_per_cell=max_threads() + 1,
+            on_row=rows.append)  # fmt: skip
+    assert rows == [] and not (tmp_path / "out").exists()

@@ -229,8 +229,9 @@ def parse_args(plugin: str, knobs: tuple[Knob, ...], args: str) -> dict[str, Any
             positionals.append(item)
     if len(positionals) > len(knobs):
         raise PluginError(
-            f"{plugin}: {len(positionals)} positional arguments ({', '.join(positionals)}) but it has "
-            f"{len(knobs)} knobs; {knob_summary(knobs)}"
+            f"{plugin}: {len(positionals)} positional argument{'' if len(positionals) == 1 else 's'} "
+            f"({', '.join(positionals)}) but it has {len(knobs)} knob{'' if len(knobs) == 1 else 's'}; "
+            f"{knob_summary(knobs)}"
         )
     for knob, text in zip(knobs, positionals, strict=False):  # fewer positionals than knobs is fine
         if knob.name in values:

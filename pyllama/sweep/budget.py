@@ -15,6 +15,7 @@ import numpy as np
 
 from pyllama.attention.registry import create_plugin, plugin_knobs, resolve_spec
 from pyllama.engine import Engine
+from pyllama.sweep.cell import one_line
 from pyllama.sweep.study import StudyError
 
 __all__ = ["BudgetSizer"]
@@ -42,7 +43,16 @@ class BudgetSizer:
         return self._bytes[spec]
 
     def size(self, spec: str, knob: str, budget: int, where: str) -> tuple[str, dict[str, Any], int]:
-        """``(sized canonical spec, its knob values, bytes it holds)``: the largest ``knob`` that fits."""
+        """``(sized canonical spec, its knob values, bytes it holds)``: the largest ``knob`` that fits.
+        StudyError prefixed with ``where`` when nothing fits or the plugin refuses a setting."""
+        try:
+            return self._size(spec, knob, budget, where)
+        except StudyError:
+            raise
+        except Exception as exc:  # the plugin refused a setting (or broke on it): one line naming the entry
+            raise StudyError(f"{where}: {one_line(exc)}") from exc
+
+    def _size(self, spec: str, knob: str, budget: int, where: str) -> tuple[str, dict[str, Any], int]:
         cls, values, _ = resolve_spec(spec)
         decl = {k.name: k for k in plugin_knobs(cls)}[knob]
         lo = int(decl.min) if decl.min is not None else 0

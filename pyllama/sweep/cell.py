@@ -75,6 +75,7 @@ class Cell:
     probe: str  # a probe name or an absolute text-file path
     seed: int | None = None
     budget: int | None = None  # bytes, when the spec was sized to an equal-memory budget
+    entry: int | None = None  # its [[plugins]] index in the study, for messages (not part of the key)
 
     def config_columns(self) -> dict[str, Any]:
         row: dict[str, Any] = {

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import os
+import sys
 from pathlib import Path
 
 import click
 
-__all__ = ["sweep"]
+from pyllama.sweep.study import plural
+
+__all__ = ["EXIT_CELLS_FAILED", "sweep"]
+
+EXIT_CELLS_FAILED = 1  # the table is written, but at least one cell's row holds an error
 
 
 @click.command()
@@ -25,12 +29,18 @@ __all__ = ["sweep"]
     metavar="tcp://HOST:8786",
     help="A Dask scheduler to run on (default: $DASK_SCHEDULER_ADDRESS, else a local cluster sized to this machine).",
 )
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes of the local cluster.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes of the local cluster (workers × threads per cell: at most 4 per core).",
+)
 @click.option(
     "--threads-per-cell",
     type=click.IntRange(min=1),
     default=None,
-    help="Kernel threads of one diff (default: 1 with one worker per core). Results are identical for any count.",
+    help="Kernel threads of one diff (default: 1 with one worker per core; at most 4 per core, of the smallest "
+    "worker with --scheduler). Results are identical for any count.",
 )
 @click.option("--resume", is_flag=True, help="Continue the table in --out: run only the cells not in it yet.")
 @click.option("--dry-run", is_flag=True, help="Print the cells and their estimated cost; run nothing.")
@@ -56,6 +66,11 @@ def sweep(study, out, scheduler, workers, threads_per_cell, resume, dry_run, per
       pyllama sweep study.toml --dry-run
       pyllama sweep study.toml --out results/ --workers 2
       pyllama sweep study.toml --out results/ --resume --scheduler tcp://10.0.0.5:8786
+
+    \b
+    Exit status: 0 when every cell ran; 1 when a cell failed (the table is still
+    written, each failed cell's error is printed, --resume runs them again);
+    non-zero, with nothing run, when the study or an option is refused.
     """
     from pyllama.sweep.runner import dry_run as plan_costs
     from pyllama.sweep.runner import run
@@ -66,22 +81,26 @@ def sweep(study, out, scheduler, workers, threads_per_cell, resume, dry_run, per
     if dry_run:
         _print_costs(plan_costs(loaded, threads_per_cell or 1, out=out if resume else None))
         return
-    if scheduler is None and os.environ.get("DASK_SCHEDULER_ADDRESS"):
-        scheduler = os.environ["DASK_SCHEDULER_ADDRESS"]
+    ran: list[str] = []  # the cells run now; the others were already in --out's table (--resume)
     df = run(
         loaded,
         out,
-        scheduler=scheduler,
+        scheduler=scheduler,  # None: $DASK_SCHEDULER_ADDRESS, else a local cluster
         workers=workers,
         threads_per_cell=threads_per_cell,
         resume=resume,
         per_position=per_position,
         progress=progress,
+        on_row=lambda row: ran.append(row["cell"]),
     )
     failed = int(df["error"].notna().sum()) if "error" in df else 0
-    click.echo(f"{len(df)} cells, {failed} failed: wrote {out}/results.parquet and {out}/results.csv")
-    for _, row in df[df["error"].notna()].iterrows() if failed else ():
-        click.echo(f"cell {row['cell']} ({row['spec']} on {row['probe']}): {row['error']}", err=True)
+    done = len(df) - len(ran)
+    counts = f", {failed} failed" if not done else f": {len(ran)} run, {done} already done, {failed} failed"
+    click.echo(f"{plural(len(df), 'cell')}{counts}: wrote {out}/results.parquet and {out}/results.csv")
+    if failed:
+        for _, row in df[df["error"].notna()].iterrows():
+            click.echo(f"cell {row['cell']} ({row['spec']} on {row['probe']}): {row['error']}", err=True)
+        sys.exit(EXIT_CELLS_FAILED)
 
 
 def _print_costs(df) -> None:
@@ -94,7 +113,7 @@ def _print_costs(df) -> None:
             f"{r['positions']:>10,}{r['est_seconds']:>9.2f}  {'yes' if r['done'] else ''}"
         )
     click.echo(
-        f"{len(df)} cells, {len(todo)} to run: {int(todo['positions'].sum()):,} positions, "
+        f"{plural(len(df), 'cell')}, {len(todo)} to run: {plural(int(todo['positions'].sum()), 'position')}, "
         f"{todo['bytes_streamed'].sum() / 1e9:.3g} GB of weights streamed, "
         f"about {todo['est_seconds'].sum():.1f} s on one worker (measured on this machine)"
     )

@@ -11,6 +11,7 @@ a sequence, so cells whose plugins' attention grows with the position take somew
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ import numpy as np
 from pyllama.attention.registry import create_plugin
 from pyllama.bench import bytes_per_token
 from pyllama.engine import Engine
+from pyllama.sweep.cell import one_line
 
 __all__ = ["CellCost", "estimate"]
 
@@ -60,9 +62,12 @@ def estimate(plan, threads: int = 1) -> dict[str, CellCost]:
             seconds = seconds_per_position(model, cell.reference, threads)
             per_model[cell.model] = (bytes_per_token(model.weights), seconds)
         per_token, seconds = per_model[cell.model]
-        for spec in (cell.reference, cell.spec):
+        for entry, spec in (("reference", cell.reference), (f"plugins[{cell.entry}] ({cell.family})", cell.spec)):
             if (cell.model, spec) not in held:
-                held[(cell.model, spec)] = held_positions(model, spec)
+                try:
+                    held[(cell.model, spec)] = held_positions(model, spec)
+                except Exception as exc:  # the plugin refuses this model (or breaks on it): name both
+                    raise plan.study.fail(entry, f"on {os.path.basename(cell.model)}: {one_line(exc)}") from exc
         limit = min(held[(cell.model, cell.reference)], held[(cell.model, cell.spec)])
         positions = sum(min(len(seg), limit) for seg in plan.probe_of(cell).segments)
         out[cell.key] = CellCost(positions, 2 * positions * per_token, positions * seconds)

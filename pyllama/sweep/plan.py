@@ -144,6 +144,7 @@ def _cell(
         probe=source,
         seed=seed,
         budget=budget,
+        entry=point.entry,
     )
 
 

@@ -6,8 +6,9 @@ import os
 from collections.abc import Callable
 
 from pyllama.diff.probes import is_probe_name
+from pyllama.options import check_threads
 from pyllama.sweep.cell import run_cell
-from pyllama.sweep.cluster import cluster_client, scheduler_address
+from pyllama.sweep.cluster import THREADS_NAME, check_cluster_threads, cluster_client, local_size, scheduler_address
 from pyllama.sweep.plan import Plan, plan_study
 from pyllama.sweep.study import Study, load_study
 from pyllama.sweep.table import RowStore
@@ -45,6 +46,8 @@ def run(
     and ``results.csv``; None keeps the rows in memory only. ``scheduler``: a Dask scheduler address
     (default ``DASK_SCHEDULER_ADDRESS``, else a LocalCluster sized to the machine); ``client``: an
     existing ``distributed.Client`` instead. ``resume``: skip cells already in ``out``'s table.
+    Threads per cell beyond the engine's limit (on this machine, or on the cluster's smallest worker)
+    and a malformed or unreachable scheduler are refused with InputError before any work.
     """
     if client is None and scheduler_address(scheduler):
         # a remote scheduler is reached (or refused) before planning, which may measure budgets
@@ -53,6 +56,11 @@ def run(
                 study, out, threads_per_cell=threads, resume=resume, per_position=per_position,
                 progress=progress, retries=retries, client=remote, on_row=on_row,
             )  # fmt: skip
+    if client is not None:
+        if threads_per_cell is not None:
+            check_cluster_threads(client, threads_per_cell)
+    else:
+        local_size(workers, threads_per_cell)  # the local cluster's size, refused before planning
     plan = _plan(study, threads_per_cell or 1)
     store = RowStore(out, resume=resume)
     todo = [c for c in plan.cells if not store.done(c.key)]
@@ -102,6 +110,7 @@ def dry_run(study: Study | dict | str | os.PathLike, threads_per_cell: int = 1, 
 
     from pyllama.sweep.cost import estimate
 
+    check_threads(threads_per_cell, name=THREADS_NAME, allow_default=False)  # the estimates run here
     plan = _plan(study, threads_per_cell)
     store = RowStore(out, resume=True) if out is not None and os.path.isdir(out) else RowStore(None)
     costs = estimate(plan, threads_per_cell)

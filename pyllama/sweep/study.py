@@ -28,16 +28,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyllama.attention.registry import plugin_knobs, resolve_spec
+from pyllama.attention.registry import create_plugin, plugin_knobs, resolve_spec
 from pyllama.attention.spec import format_value
 from pyllama.errors import InputError, PyllamaError
+from pyllama.sweep.cell import one_line
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["PluginGrid", "Study", "load_study"]
+__all__ = ["PluginGrid", "Study", "load_study", "plural"]
 
 TOP_KEYS = ("models", "tokenizer", "reference", "probes", "seeds", "budgets", "plugins")
 PLUGIN_KEYS = ("name", "size_by")  # keys of a [[plugins]] table that are not knobs
@@ -133,20 +134,36 @@ class Study:
         return f"{name}:{args}" if args else name
 
     def _point(self, grid: PluginGrid, values: dict[str, Any]) -> GridPoint:
+        """The grid point, its plugin constructed once: the constructor's own checks (``tiered``'s
+        bits, a knob that must divide another) refuse it here, naming the entry. A point whose knob
+        the budgets size is constructed at its sized value instead (``plan``, through the sizer)."""
         spec = self.plugin_spec(grid.name, values)
+        size_by = grid.size_by if self.budgets else None
         try:
             cls, parsed, canonical = resolve_spec(spec)
         except PyllamaError as exc:
             raise self.fail(grid.label, str(exc)) from None
+        if size_by is None:
+            self._construct(grid.label, canonical)
         knobs = tuple((k.name, parsed[k.name]) for k in plugin_knobs(cls))
-        return GridPoint(grid.index, grid.name, canonical, knobs, grid.size_by if self.budgets else None)
+        return GridPoint(grid.index, grid.name, canonical, knobs, size_by)
 
     def check_reference(self) -> str:
-        """The canonical reference spec (the registry refuses an unknown one)."""
+        """The canonical reference spec; the registry refuses an unknown one, its constructor a bad value."""
         try:
-            return resolve_spec(self.reference)[2]
+            canonical = resolve_spec(self.reference)[2]
         except PyllamaError as exc:
             raise self.fail("reference", str(exc)) from None
+        self._construct("reference", canonical)
+        return canonical
+
+    def _construct(self, entry: str, spec: str) -> None:
+        """Construct the plugin of ``spec`` once and drop it; what its constructor refuses (or a
+        plugin's own bug) is refused now, naming the entry, instead of failing every cell of it."""
+        try:
+            create_plugin(spec)
+        except Exception as exc:
+            raise self.fail(entry, one_line(exc)) from exc
 
 
 def load_study(source: str | os.PathLike | dict) -> Study:
@@ -159,7 +176,14 @@ def load_study(source: str | os.PathLike | dict) -> Study:
         if not path.is_file():
             raise StudyError(f"{path}: no such study file")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise StudyError(
+                f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                "a study is a TOML file saved as UTF-8"
+            ) from None
+        try:
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise StudyError(f"{path}: not valid TOML ({exc})") from None
     return _from_dict(data, name, base)
@@ -262,8 +286,7 @@ def _check_size_by(study: Study, grid: PluginGrid) -> None:
     grid.knob_names = tuple(names)
     for key in list(grid.fixed) + list(grid.axes):
         if key not in names:
-            listed = ", ".join(names) or "none"
-            raise study.fail(grid.label, f"unknown knob {key!r}; its knobs: {listed}")
+            raise study.fail(grid.label, f"unknown knob {key!r}; {_its_knobs(names)}")
     if not study.budgets:
         if grid.size_by is not None:
             raise study.fail(grid.label, "size_by is set but the study has no budgets")
@@ -271,9 +294,24 @@ def _check_size_by(study: Study, grid: PluginGrid) -> None:
     if grid.size_by is None:
         grid.size_by = "window" if "window" in names else None
     if grid.size_by is None:
-        raise study.fail(grid.label, f"budgets need a knob to size: set size_by to one of {', '.join(names)}")
+        if not names:
+            raise study.fail(grid.label, "budgets need a knob to size, and it has no knobs")
+        which = f"= {names[0]!r}" if len(names) == 1 else f"to one of {', '.join(names)}"
+        raise study.fail(grid.label, f"budgets need a knob to size: set size_by {which}")
     knob = {k.name: k for k in plugin_knobs(cls)}.get(grid.size_by)
     if knob is None or knob.type is not int:
         raise study.fail(grid.label, f"size_by = {grid.size_by!r} is not an integer knob of {grid.name}")
     if grid.size_by in grid.axes or grid.size_by in grid.fixed:
         raise study.fail(grid.label, f"{grid.size_by} is sized by the budgets: do not also set it")
+
+
+def _its_knobs(names: list[str]) -> str:
+    """``its knobs: a, b``, ``its only knob: a``, ``it has no knobs``."""
+    if not names:
+        return "it has no knobs"
+    return f"its only knob: {names[0]}" if len(names) == 1 else f"its knobs: {', '.join(names)}"
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 cell``, ``2 cells``, ``1,180 positions``: a count and its noun, singular for one."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
