@@ -107,7 +107,8 @@ class Model:
         and a downloaded known model gets its own downloaded tokenizer by default. The file is
         sniffed and parsed once (``pyllama.load``). ``arithmetic``: ``"run.c"`` or ``"ggml"``, whose
         rmsnorm/SwiGLU rounding to reproduce; default: the format's own program (run.c for llama2.c
-        files, ggml for GGUF files)."""
+        files, ggml for GGUF files). ``threads``: the kernels' threads, 0 (the default) for all cores;
+        the results are the same bits for any count."""
         if arithmetic is not None and arithmetic not in ARITHMETICS:
             raise InputError(f"arithmetic must be one of {', '.join(ARITHMETICS)}, not {arithmetic!r}")
         check_threads(threads)

@@ -303,4 +303,10 @@ def trace_file(
     model = Model.load(model_path, tokenizer=tokenizer, threads=threads or 0)
     ids = model.tokenize(prompt)
     reference = parse_evalcb_log(log) if log is not None else None
-    return ids, summarize(trace_prompt(model, ids, threads), reference)
+    rows = summarize(trace_prompt(model, ids, threads), reference)
+    if reference is not None and not any(r.reference is not None for r in rows):
+        raise InputError(
+            f"{log}: none of its tensors matches this model's run of the prompt (names or sizes differ): "
+            "pass the llama-eval-callback log of the same model file and prompt"
+        )
+    return ids, rows

@@ -45,6 +45,14 @@ def test_garbage_header(tmp_path, model_args):
     assert "not a llama2.c checkpoint" in _fails(["generate", "-c", str(junk), *model_args])
 
 
+@pytest.mark.parametrize("content", [b"", b"hello, this is text", b"GG"])
+def test_a_gguf_name_on_another_file_says_so(tmp_path, content):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(content)
+    line = _fails(["info", str(fake)])
+    assert "named .gguf but not a GGUF file" in line, line
+
+
 def test_missing_file(tmp_path, model_args):
     assert "no such file" in _fails(["info", str(tmp_path / "nope.bin")])
 

@@ -188,6 +188,15 @@ def test_trace_cli_compares_with_the_log():
     assert len(out["tensors"]) == 68 and max(t["rel_diff"] for t in out["tensors"]) <= TRACE_REL_F32
 
 
+def test_trace_cli_refuses_a_log_of_another_model():
+    """SmolLM2's log has none of stories260K's tensor sizes: one line, not a table of 'different size'."""
+    log = shared("evalcb-smollm2-hello_world.log")
+    args = ["trace", str(shared("stories260K-f32.gguf")), "-i", "Hello world", "--compare", str(log)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert "none of its tensors matches" in result.output
+
+
 def test_trace_without_log_sums_everything():
     model = load_model("stories260K-f32.gguf")
     rows = summarize(trace_prompt(model, HELLO_WORLD))

@@ -53,6 +53,11 @@ def read_checkpoint(path: str | os.PathLike) -> ParsedCheckpoint:
         raise CheckpointError(f"{path}: is a directory, not a model file")
     with open(path, "rb") as file:
         kind = sniff_checkpoint(file)
+        if kind != GGUF and path.suffix.lower() == ".gguf":
+            file.seek(0)
+            head = file.read(4)
+            what = "an empty file" if not head else f"its first bytes are {head!r}, not b'GGUF'"
+            raise CheckpointError(f"{path}: named .gguf but not a GGUF file ({what}): a truncated or foreign download?")
         return parse_checkpoint(path, kind, file)
 
 

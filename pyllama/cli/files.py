@@ -9,6 +9,7 @@ import os
 import sys
 
 import click
+import numpy as np
 
 __all__ = ["convert", "download", "info"]
 
@@ -37,6 +38,8 @@ def info(checkpoint, as_json):
     for key, value in facts.items():
         if isinstance(value, int) and not isinstance(value, bool) and key in ("bytes", "parameters"):
             value = f"{value:,}"
+        elif key == "norm_eps":  # a float32 in the file: its shortest float32 form (1e-05, not 9.99...e-06)
+            value = str(np.float32(value))
         click.echo(f"{key:<{width}}  {value}")
 
 

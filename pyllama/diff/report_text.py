@@ -23,7 +23,8 @@ def report_table(report: DiffReport) -> str:
     """The whole terminal report of ``report``."""
     out = [
         f"diff {report.a} (A) vs {report.b} (B) on {report.model}, probe {report.probe}: "
-        f"{len(report.segments)} sequences, {report.n_positions:,} positions, {report.seconds:.2f} s"
+        f"{len(report.segments)} sequence{'' if len(report.segments) == 1 else 's'}, "
+        f"{report.n_positions:,} positions, {report.seconds:.2f} s"
         + "".join(f"; {side} replayed from its recorded run" for side in report.replayed)
     ]
     out += [f"note: {n}" for n in report.notes]
@@ -39,19 +40,20 @@ def report_table(report: DiffReport) -> str:
 
 def sequence_lines(report: DiffReport) -> list[str]:
     """A column header and one line per sequence of the probe (its metrics and memory at its end)."""
+    w = max([14, *(len(seg.name) + 1 for seg in report.segments)])  # a long name keeps its columns apart
     head = (
-        f"{'sequence':<14}{'positions':>10}{'max|Δlogit|':>13}{'mean KL':>10}{'max KL':>10}"
+        f"{'sequence':<{w}}{'positions':>10}{'max|Δlogit|':>13}{'mean KL':>10}{'max KL':>10}"
         f"{'top-1':>8}{'ppl A':>9}{'ppl B':>9}{'bytes A':>12}{'bytes B':>12}"
     )
     out = [head, "-" * len(head)]
     for i, seg in enumerate(report.segments):
         rows = report.segment == i
         if not rows.any():
-            out.append(f"{seg.name:<14}{0:>10}  (not compared)")
+            out.append(f"{seg.name:<{w}}{0:>10}  (not compared)")
             continue
         last = np.nonzero(rows)[0][-1]
         out.append(
-            f"{seg.name:<14}{int(rows.sum()):>10}{_g(report.max_abs_dlogit[rows].max()):>13}"
+            f"{seg.name:<{w}}{int(rows.sum()):>10}{_g(report.max_abs_dlogit[rows].max()):>13}"
             f"{_g(report.kl[rows].mean()):>10}{_g(report.kl[rows].max()):>10}"
             f"{100 * report.agree[rows].mean():>7.1f}%{perplexity(report.logp_a[rows]):>9.3f}"
             f"{perplexity(report.logp_b[rows]):>9.3f}{int(report.mem_a[last]):>12,}{int(report.mem_b[last]):>12,}"
@@ -100,7 +102,7 @@ def recall_lines(report: DiffReport) -> list[str]:
     for r in report.recall:
         if r.mention == 0:
             continue
-        out.append(f"{r.segment:<14}{r.name:<8}{r.position:>9}{r.distance:>9}{r.p_a:>11.4f}{r.p_b:>11.4f}")
+        out.append(f"{r.segment:<14}{r.name:<8}{r.position:>9}{r.distance:>9}{_g(r.p_a):>11}{_g(r.p_b):>11}")
     return out
 
 
