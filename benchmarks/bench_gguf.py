@@ -67,10 +67,17 @@ def make_gguf(shape: str, qtype: str, workdir: Path, tokenizer: Path, quantize: 
     out = workdir / f"{shape}-random-{qtype}.gguf"
     if out.exists() and out.stat().st_mtime >= ckpt.stat().st_mtime:
         return out
-    if qtype in CONVERTED:
-        cmd = [sys.executable, "-m", "pyllama", "convert", str(ckpt), str(out), "--type", qtype, "-z", str(tokenizer)]
+    convert = [sys.executable, "-m", "pyllama", "convert", str(ckpt)]
+    if qtype in CONVERTED:  # tensors on 64-byte lines, as both engines read them best
+        cmd = [*convert, str(out), "--type", qtype, "-z", str(tokenizer), "--alignment", "64"]
     elif quantize:
-        f32 = make_gguf(shape, "f32", workdir, tokenizer, quantize)
+        # llama-quantize pads its output at 32 bytes whatever its input's alignment: its input is a
+        # file of GGUF's default alignment (from a 64 one it writes a file that does not load)
+        f32 = workdir / f"{shape}-random-f32-align32.gguf"
+        if not f32.exists() or f32.stat().st_mtime < ckpt.stat().st_mtime:
+            subprocess.run(
+                [*convert, str(f32), "--type", "f32", "-z", str(tokenizer), "--force"], check=True, capture_output=True
+            )
         cmd = [quantize, str(f32), str(out), qtype.upper(), "2"]
     else:
         return None

@@ -39,6 +39,8 @@ from gguf.quants import quantize
 from pyllama.checkpoint.llama2c import load_llama2c
 from pyllama.errors import CheckpointError, InputError
 
+DEFAULT_ALIGNMENT = 32  # GGUF's default (no general.alignment key): what llama.cpp's converters write
+ALIGNMENTS = (32, 64)
 OUT_TYPES = {
     "f32": (GGMLQuantizationType.F32, LlamaFileType.ALL_F32),
     "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
@@ -89,6 +91,7 @@ def convert_llama2c(
     tokenizer: str | os.PathLike | None = None,
     name: str | None = None,
     force: bool = False,
+    alignment: int = DEFAULT_ALIGNMENT,
 ) -> dict:
     """Write ``src`` (a llama2.c checkpoint, any version) with its tokenizer as a GGUF file ``dst``.
 
@@ -96,13 +99,18 @@ def convert_llama2c(
     replaced only with ``force``, and never when it is ``src`` itself (or a link to it). The file is
     written under a temporary name in ``dst``'s folder and renamed into place when complete, so a
     failure leaves whatever was there before. Returns a summary: the tensor types written and the
-    byte size.
+    byte size. ``alignment``: where tensors start (``ALIGNMENTS``): 32, GGUF's default and what
+    llama.cpp's converters write; 64 puts every tensor on a cache line, which pyllama's float32
+    kernels read faster, and is written as ``general.alignment`` (llama.cpp reads such files, but its
+    ``llama-quantize`` pads its output at 32 whatever the input says: quantise from a default file).
     """
     from pyllama.tokenizer.llama2c import Llama2cTokenizer
 
     src, dst = Path(src), Path(dst)
     if out_type not in OUT_TYPES:
         raise InputError(f"--type {out_type!r}: choose one of {', '.join(OUT_TYPES)}")
+    if alignment not in ALIGNMENTS:
+        raise InputError(f"--alignment {alignment!r}: choose one of {', '.join(map(str, ALIGNMENTS))}")
     tokenizer = src.with_name("tokenizer.bin") if tokenizer is None else Path(tokenizer)
     _check_destination(src, dst, force, tokenizer)
     with open(src, "rb") as f:
@@ -120,7 +128,7 @@ def convert_llama2c(
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the GGUF gets the usual mode of a new file
     try:
-        written = _write_gguf(tmp, cfg, weights, tok, qtype, file_type, name or src.stem)
+        written = _write_gguf(tmp, cfg, weights, tok, qtype, file_type, name or src.stem, alignment)
         os.replace(tmp, dst)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -143,15 +151,18 @@ def _check_destination(src: Path, dst: Path, force: bool, tokenizer: Path) -> No
         raise InputError(f"{dst}: exists already; pass --force (force=True) to replace it")
 
 
-def _write_gguf(tmp: Path, cfg, weights, tok, qtype, file_type, model_name: str) -> dict[str, int]:
+def _write_gguf(
+    tmp: Path, cfg, weights, tok, qtype, file_type, model_name: str, alignment: int = DEFAULT_ALIGNMENT
+) -> dict[str, int]:
     """Write the GGUF file ``tmp``; the count of tensors written per stored type."""
     tokens, token_types = vocabulary(tok.pieces)
     writer = GGUFWriter(tmp, "llama")
     arch = "llama"
-    # every tensor on a 64-byte boundary (the default is 32): the float32 kernels load 64 bytes at a
-    # time, and from rows 32 bytes off a cache line each load spans two (110M F32 pp512 at 2 threads:
-    # 911-916 tok/s with every matrix 32 bytes off, 965-1,013 aligned)
-    writer.add_custom_alignment(64)
+    if alignment != DEFAULT_ALIGNMENT:
+        # every tensor on a 64-byte boundary: the float32 kernels load 64 bytes at a time, and from
+        # rows 32 bytes off a cache line each load spans two (110M F32 pp512 at 2 threads: 911-916
+        # tok/s with every matrix 32 bytes off, 965-1,013 aligned)
+        writer.add_custom_alignment(alignment)
     writer.add_name(model_name)
     writer.add_file_type(int(file_type))
     if qtype != GGMLQuantizationType.F32:

@@ -16,7 +16,7 @@ from gguf_reference import SHARED_MODELS
 from pyllama.checkpoint import QType, load_checkpoint
 from pyllama.cli import main
 from pyllama.convert import convert_llama2c, vocabulary
-from pyllama.errors import PyllamaError
+from pyllama.errors import InputError, PyllamaError
 from pyllama.model import Model
 
 TOOL = SHARED_MODELS.parent / "tools" / "make_llama2c_checkpoint.py"
@@ -73,9 +73,11 @@ def checkpoint(tmp_path_factory):
     return path
 
 
+@pytest.mark.parametrize("alignment", [32, 64])
 @pytest.mark.parametrize("qtype", ["f32", "f16", "q8_0"])
-def test_converted_weights(checkpoint, tmp_path, qtype):
-    out = convert_llama2c(checkpoint, tmp_path / "m.gguf", qtype)  # tokenizer.bin beside the checkpoint
+def test_converted_weights(checkpoint, tmp_path, qtype, alignment):
+    # tokenizer.bin beside the checkpoint
+    out = convert_llama2c(checkpoint, tmp_path / "m.gguf", qtype, alignment=alignment)
     cfg_b, wb = load_checkpoint(checkpoint)
     cfg_g, wg = load_checkpoint(tmp_path / "m.gguf")
     assert (
@@ -89,7 +91,7 @@ def test_converted_weights(checkpoint, tmp_path, qtype):
     ) == (64, 100, 2, 4, 2, VOCAB, 48)
     assert not cfg_g.shared_classifier
     for tb, tg in zip(wb.tensors(), wg.tensors(), strict=True):
-        assert tg.data.ctypes.data % 64 == 0, f"{tg.name}: written off a 64-byte line (general.alignment 64)"
+        assert tg.data.ctypes.data % alignment == 0, f"{tg.name}: written off a {alignment}-byte boundary"
         f32 = tb.dequantize()
         if qtype == "f32" or (qtype == "q8_0" and tb.cols % 32):
             assert tg.qtype == QType.F32 and np.array_equal(tg.data, f32), tg.name
@@ -147,3 +149,17 @@ def test_cli(checkpoint, tmp_path):
     result = CliRunner().invoke(main, ["convert", str(checkpoint), str(tmp_path / "q.gguf"), "--type", "q8_0"])
     assert result.exit_code == 0, result.output
     assert "Q8_0" in result.output and (tmp_path / "q.gguf").exists()
+
+
+def test_default_alignment_writes_no_alignment_key_and_64_writes_it(checkpoint, tmp_path):
+    """The default is GGUF's own (32, no key: llama-quantize, which pads its output at 32 whatever its
+    input says, then writes a file that loads); 64 is written as general.alignment."""
+    for alignment, want in ((32, None), (64, 64)):
+        path = tmp_path / f"a{alignment}.gguf"
+        convert_llama2c(checkpoint, path, "q8_0", alignment=alignment)
+        reader = gguf.GGUFReader(path)
+        field = reader.fields.get("general.alignment")
+        got = None if field is None else int(field.parts[field.data[0]][0])
+        assert got == want and reader.alignment == alignment
+    with pytest.raises(InputError, match="--alignment"):
+        convert_llama2c(checkpoint, tmp_path / "bad.gguf", "f32", alignment=48)
