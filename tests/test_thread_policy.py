@@ -16,11 +16,13 @@ import numpy as np
 import pytest
 
 from pyllama.attention.base import Attention
+from pyllama.engine.core import Engine
 from pyllama.kernels.threads import (
     decode_policy,
     decode_stats,
     serial_below,
     set_decode_policy,
+    simulate_blocks,
     simulate_decode,
     team_for,
 )
@@ -265,3 +267,62 @@ def test_the_probe_schedule_counts_decode_time_only():
     first = simulate_decode(2, one, stalled, key=0x3000, start=500.0)
     again = simulate_decode(2, one, stalled, key=0x3000, start=500.0 + first["seconds"] + 30.0)
     assert first["probes"] == 1 and again["probes"] == 0 and again["tokens_n"] == 0
+
+
+# ---- the block controller: the same policy on blocks of positions (prompts, Model.logits, diffs) ----
+
+
+def _block_logits(model: Model, plugin: Attention, threads: int, tokens: np.ndarray) -> np.ndarray:
+    engine = Engine(model.config, model.weights, plugin, threads, max_block=8)
+    out = np.zeros((tokens.shape[0], model.config.vocab_size), dtype=np.float32)
+    engine.forward_block(tokens, 0, out)
+    return out
+
+
+def test_blocks_on_alternating_teams_give_the_same_bits(stories260k, parallel_always, policy):
+    """An engine made under "alternate" runs its blocks on 2, 1, 2, ... threads (each block's
+    positions on one team, as recorded by the plugin); every logit equals a 1-thread engine's."""
+    model = Model.load(stories260k, threads=2)
+    tokens = np.random.default_rng(3).integers(0, 512, 61).astype(np.int32)
+    policy("fixed")
+    want = _block_logits(model, Causal(), 1, tokens)
+    policy("alternate")
+    recorder = TeamRecorder()
+    got = _block_logits(model, recorder, 2, tokens)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    teams = [team for _, team in recorder.teams]
+    assert teams == [2 if (pos // 8) % 2 == 0 else 1 for pos in range(61)], teams
+    assert team_for(2, BIG) == 2  # no cap left behind
+
+
+def test_a_failing_block_leaves_no_cap_behind(stories260k, policy):
+    model = Model.load(stories260k, threads=2)
+    policy("alternate")
+    engine = Engine(model.config, model.weights, TeamRecorder(fail_at=11), 2, max_block=8)
+    engine.forward_block(np.arange(1, 9, dtype=np.int32), 0)  # a block on 2 threads: the next is on 1
+    with pytest.raises(Exception, match="plugin failure at 11"):
+        engine.forward_block(np.arange(1, 9, dtype=np.int32), 8)
+    assert (11, 1) in engine.attention.teams
+    assert team_for(2, BIG) == 2
+
+
+@pytest.mark.parametrize(
+    "one, two, settled",
+    [
+        (40e-3, 22e-3, 2),  # a 42M-shape block of 128 positions, idle: two threads 1.8x faster
+        (45e-3, 80e-3, 1),  # beside a busy loop: two threads stall at their barriers
+    ],
+)
+def test_blocks_settle_on_the_faster_team(one, two, settled):
+    s1, sn = np.full(400, one), np.full(400, two)
+    stats = simulate_blocks(2, s1.tolist(), sn.tolist())
+    assert stats["settled"] == settled
+    # the first second runs on the team by design (BLOCK_FIRST_PROBE), and a probe that loses costs
+    # one block; past that the policy's 2% holds
+    assert stats["seconds"] <= 1.02 * min(s1.sum(), sn.sum()) + 1.0 + max(one, two)
+
+
+def test_a_short_run_on_an_idle_machine_never_probes():
+    """A prompt of a few blocks (under BLOCK_FIRST_PROBE seconds) stays on the caller's team."""
+    stats = simulate_blocks(2, [40e-3] * 12, [22e-3] * 12)
+    assert stats["probes"] == 0 and stats["tokens_1"] == 0 and stats["tokens_n"] == 12

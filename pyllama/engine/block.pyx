@@ -18,6 +18,7 @@ from pyllama.engine.capture cimport capture_block_attention, capture_hidden, led
 from pyllama.engine.forward cimport forward, rope_rows_at
 from pyllama.engine.nonfinite cimport check_block_rows, first_bad_row
 from pyllama.engine.state cimport Config, LayerPtrs, RunState, Transformer
+from pyllama.kernels.threads cimport block_end, token_start
 from pyllama.kernels.elementwise cimport add_inplace, rmsnorm_as, swiglu_as
 from pyllama.kernels.matvec cimport Matrix, embedding_row, matmul, matmul_many, matvec
 from pyllama.kernels.rope cimport rope_apply
@@ -176,7 +177,18 @@ cdef int forward_block(Transformer* t, Attention attention, const int32_t* token
     last position's logits in state.logits; else logits[n, vocab] gets every position's. classify
     False skips the classifier: a long prompt's blocks before its last, whose logits nobody reads
     (the classifier is the largest matrix of small models: read once per block, it cost 4% of a
-    512-token prompt of the stories42M shape)."""
+    512-token prompt of the stories42M shape). It runs on the team that t.blocks picks (one thread
+    or n_threads: the same bits either way); the cap is lifted even if the block raises."""
+    token_start(&t.blocks)
+    try:
+        return block_pass(t, attention, tokens, n, pos, logits, classify)
+    finally:
+        block_end(&t.blocks, n, t.config.max_block)
+
+
+cdef int block_pass(Transformer* t, Attention attention, const int32_t* tokens, Py_ssize_t n, long long pos,
+                    float* logits, bint classify) except -1 nogil:
+    """forward_block's work, on whatever team team_size gives."""
     cdef RunState* s = &t.state
     cdef const Config* c = &t.config
     cdef int li, dim = c.dim

@@ -23,6 +23,7 @@ from pyllama.errors import PositionError
 
 from pyllama.attention.base cimport Attention
 from pyllama.engine.block cimport forward_block
+from pyllama.kernels.threads cimport block_team_start
 from pyllama.engine.capture cimport bind_capture, bind_ledger
 from pyllama.engine.forward cimport forward
 from pyllama.engine.generate cimport generate
@@ -75,6 +76,7 @@ cdef class Engine:
         self.max_block = max(1, max_block)
         self.per_position = bool(getattr(attention, "per_position_order", False))
         self.t.n_threads = max(1, n_threads)
+        block_team_start(&self.t.blocks, self.t.n_threads)  # the block controller (threads.pyx), per engine
         self.t.per_position = self.per_position
         self._tracer = None
         self._fill_config(config)

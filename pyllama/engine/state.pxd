@@ -6,6 +6,7 @@
 
 from pyllama.kernels.matvec cimport Matrix, QuantScratch
 from pyllama.kernels.rope cimport RopeSpec
+from pyllama.kernels.threads cimport DecodeTeam
 
 # where a forward first saw NaN or Inf (RunState.nonfinite_stage; NonFiniteError.at describes each)
 cdef enum:
@@ -107,3 +108,4 @@ cdef struct Transformer:
     Tracer tracer
     int n_threads
     bint per_position          # the plugin's per_position_order: blocks run position by position
+    DecodeTeam blocks          # picks 1 or n_threads per block from their times (threads.pyx)

@@ -47,3 +47,10 @@ cdef void decode_start(DecodeTeam* t, int n_threads, const void* key) noexcept n
 cdef void token_start(DecodeTeam* t) noexcept nogil
 cdef void token_end(DecodeTeam* t) noexcept nogil
 cdef void decode_finish(DecodeTeam* t) noexcept nogil
+
+# The same controller for runs of blocks (prompts, Model.logits, a diff's forward passes): it starts on
+# the caller's team, waits BLOCK_FIRST_PROBE seconds before its first probe, and times a block of n
+# positions as if it held full (threads.pyx "Blocks under load"). token_start before a block,
+# block_end after it.
+cdef void block_team_start(DecodeTeam* t, int n_threads) noexcept nogil
+cdef void block_end(DecodeTeam* t, Py_ssize_t n, Py_ssize_t full) noexcept nogil
