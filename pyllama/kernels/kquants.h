@@ -150,21 +150,26 @@ typedef struct { pyllama_acc8 acc, acc_m; float summs; } pyllama_kacc;
 #define PYLLAMA_KACC_ZERO {{{0}}, {{0}}, 0.0f}
 #endif
 
-/* super-block b of one row (blk) with one activation into k: the loop body of the dot below */
-static inline __attribute__((always_inline)) void pyllama_kquant_step(int kind, const uint8_t* blk,
-                                                                      const pyllama_qact* a, ptrdiff_t b,
-                                                                      pyllama_kacc* k) {
-    const int8_t* xq = a->q + PYLLAMA_QK_K * b;
-    const int16_t* bs = a->bsums + 16 * b;
-    const float dx = a->d[b];
+/* Super-block b of one row (blk) with np <= 4 activations a[0..np-1] into k[0..np-1]: the loop body of
+   the dot below (np = 1) and of the tile (np = 4). The weights are unpacked and the scales spread once
+   for the np positions (kquants_lanes.h); each position's integer lanes are the same values whatever
+   np, and its float steps come in the same order, so each element is the row dot's. */
+static inline __attribute__((always_inline)) void pyllama_kquant_steps(int kind, const uint8_t* blk,
+                                                                       const pyllama_qact* a, ptrdiff_t b,
+                                                                       pyllama_kacc* k, int np) {
     float d, dmin = 0.0f;
     if (kind == PK_Q2_K) { d = pyllama_half_at(blk + 80); dmin = pyllama_half_at(blk + 82); }
     else if (kind == PK_Q3_K) d = pyllama_half_at(blk + 108);
     else if (kind == PK_Q6_K) d = pyllama_half_at(blk + 208);
     else { d = pyllama_half_at(blk); dmin = pyllama_half_at(blk + 2); }
-    const float dd = dx * d, ndmin = -dx * dmin;
 #if PYLLAMA_QBLOCKS_AVX2
-    __m256i lanes;
+    const int8_t* xq[4];
+    const int16_t* bs[4];
+    for (int p = 0; p < np; p++) {
+        xq[p] = a[p].q + PYLLAMA_QK_K * b;
+        bs[p] = a[p].bsums + 16 * b;
+    }
+    __m256i lanes[4];
     if (kind == PK_Q2_K || kind == PK_Q3_K) {
         __m128i sc8;
         if (kind == PK_Q2_K) {
@@ -172,40 +177,52 @@ static inline __attribute__((always_inline)) void pyllama_kquant_step(int kind, 
             const __m128i m4 = _mm_set1_epi8(15);
             sc8 = _mm_and_si128(raw, m4);
             const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
-            const __m256i ml = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i*)bs));
-            k->acc = _mm256_fmadd_ps(_mm256_set1_ps(ndmin), _mm256_cvtepi32_ps(ml), k->acc);
+            for (int p = 0; p < np; p++) {
+                const float ndmin = -a[p].d[b] * dmin;
+                const __m256i ml = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i*)bs[p]));
+                k[p].acc = _mm256_fmadd_ps(_mm256_set1_ps(ndmin), _mm256_cvtepi32_ps(ml), k[p].acc);
+            }
         } else {
             sc8 = pyllama_q3k_scales8(blk + 96);
         }
-        lanes = pyllama_klanes_q23k(kind, blk, xq, sc8);
+        pyllama_klanes_q23k(kind, blk, xq, sc8, np, lanes);
     } else if (kind == PK_Q6_K) {
-        lanes = pyllama_klanes_q6k(blk, xq, bs);
+        pyllama_klanes_q6k(blk, xq, bs, np, lanes);
     } else {
         __m256i scales;
         __m128i mins;
         pyllama_k4_scales_avx2(blk + 4, &scales, &mins);
-        const __m128i ml = pyllama_k4_min_lanes(mins, bs);
-        if (kind == PK_Q4_K) k->acc_m = _mm_fmadd_ps(_mm_set1_ps(ndmin), _mm_cvtepi32_ps(ml), k->acc_m);
-        else k->summs = fmaf(ndmin, (float)pyllama_hsum_i32x4(ml), k->summs);
-        lanes = pyllama_klanes_q45k(kind, blk, xq, scales);
+        for (int p = 0; p < np; p++) {
+            const float ndmin = -a[p].d[b] * dmin;
+            const __m128i ml = pyllama_k4_min_lanes(mins, bs[p]);
+            if (kind == PK_Q4_K) k[p].acc_m = _mm_fmadd_ps(_mm_set1_ps(ndmin), _mm_cvtepi32_ps(ml), k[p].acc_m);
+            else k[p].summs = fmaf(ndmin, (float)pyllama_hsum_i32x4(ml), k[p].summs);
+        }
+        pyllama_klanes_q45k(kind, blk, xq, scales, np, lanes);
     }
-    k->acc = _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(lanes), k->acc);
+    for (int p = 0; p < np; p++)
+        k[p].acc = _mm256_fmadd_ps(_mm256_set1_ps(a[p].d[b] * d), _mm256_cvtepi32_ps(lanes[p]), k[p].acc);
 #else
     int sc[16], mn[16];
     int32_t lanes[8], mins[8];
     float d_unused, dmin_unused;
     pyllama_kquant_scales_of(kind, blk, sc, mn, &d_unused, &dmin_unused);
-    if (kind == PK_Q2_K) {
-        for (int l = 0; l < 8; l++) mins[l] = mn[2 * l] * bs[2 * l] + mn[2 * l + 1] * bs[2 * l + 1];
-        pyllama_acc8_fma(&k->acc, ndmin, mins, 8);
-    } else if (kind == PK_Q4_K || kind == PK_Q5_K) {
-        for (int l = 0; l < 4; l++)
-            mins[l] = mn[2 * l] * (bs[4 * l] + bs[4 * l + 1]) + mn[2 * l + 1] * (bs[4 * l + 2] + bs[4 * l + 3]);
-        if (kind == PK_Q4_K) pyllama_acc8_fma(&k->acc_m, ndmin, mins, 4);
-        else k->summs = fmaf(ndmin, (float)((mins[0] + mins[1]) + (mins[2] + mins[3])), k->summs);
+    for (int p = 0; p < np; p++) {
+        const int8_t* xq = a[p].q + PYLLAMA_QK_K * b;
+        const int16_t* bs = a[p].bsums + 16 * b;
+        const float ndmin = -a[p].d[b] * dmin;
+        if (kind == PK_Q2_K) {
+            for (int l = 0; l < 8; l++) mins[l] = mn[2 * l] * bs[2 * l] + mn[2 * l + 1] * bs[2 * l + 1];
+            pyllama_acc8_fma(&k[p].acc, ndmin, mins, 8);
+        } else if (kind == PK_Q4_K || kind == PK_Q5_K) {
+            for (int l = 0; l < 4; l++)
+                mins[l] = mn[2 * l] * (bs[4 * l] + bs[4 * l + 1]) + mn[2 * l + 1] * (bs[4 * l + 2] + bs[4 * l + 3]);
+            if (kind == PK_Q4_K) pyllama_acc8_fma(&k[p].acc_m, ndmin, mins, 4);
+            else k[p].summs = fmaf(ndmin, (float)((mins[0] + mins[1]) + (mins[2] + mins[3])), k[p].summs);
+        }
+        pyllama_kquant_lanes_c(kind, blk, xq, bs, lanes);
+        pyllama_acc8_fma(&k[p].acc, a[p].d[b] * d, lanes, 8);
     }
-    pyllama_kquant_lanes_c(kind, blk, xq, bs, lanes);
-    pyllama_acc8_fma(&k->acc, dd, lanes, 8);
 #endif
 }
 
@@ -228,71 +245,19 @@ static inline float pyllama_kquant_finish(int kind, const pyllama_kacc* k) {
 static inline float pyllama_dot_kquant(int kind, const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
     const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
     pyllama_kacc k = PYLLAMA_KACC_ZERO;
-    for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) pyllama_kquant_step(kind, w + bytes * b, a, b, &k);
+    for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) pyllama_kquant_steps(kind, w + bytes * b, a, b, &k, 1);
     return pyllama_kquant_finish(kind, &k);
 }
 
-/* One row times four positions (a[0..3]): out[p * out_stride] = pyllama_dot_kquant(kind, w, &a[p], cols).
-   Per super-block the weights are unpacked and the scales spread once for the four (the _x4 lanes of
-   kquants_lanes.h: one position at a time, the unpacking was most of the work); each position's
-   integer lanes are the same values and its float steps are pyllama_kquant_step's, in its order, so
-   every element is the row dot's. */
+/* One row times four positions (a[0..3]): out[p * out_stride] = pyllama_dot_kquant(kind, w, &a[p], cols),
+   the super-blocks taken for the four at once (one position at a time, the unpacking was most of the
+   work) */
 static inline __attribute__((always_inline)) void pyllama_tile4_kquant(int kind, const uint8_t* w,
                                                                        const pyllama_qact* a, ptrdiff_t cols,
                                                                        float* out, ptrdiff_t out_stride) {
     const ptrdiff_t bytes = pyllama_kquant_bytes[kind];
     pyllama_kacc k[4] = {PYLLAMA_KACC_ZERO, PYLLAMA_KACC_ZERO, PYLLAMA_KACC_ZERO, PYLLAMA_KACC_ZERO};
-    for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) {
-        const uint8_t* blk = w + bytes * b;
-#if PYLLAMA_QBLOCKS_AVX2
-        const int8_t* xq[4];
-        const int16_t* bs[4];
-        for (int p = 0; p < 4; p++) {
-            xq[p] = a[p].q + PYLLAMA_QK_K * b;
-            bs[p] = a[p].bsums + 16 * b;
-        }
-        float d, dmin = 0.0f;
-        if (kind == PK_Q2_K) { d = pyllama_half_at(blk + 80); dmin = pyllama_half_at(blk + 82); }
-        else if (kind == PK_Q3_K) d = pyllama_half_at(blk + 108);
-        else if (kind == PK_Q6_K) d = pyllama_half_at(blk + 208);
-        else { d = pyllama_half_at(blk); dmin = pyllama_half_at(blk + 2); }
-        __m256i lanes[4];
-        if (kind == PK_Q2_K || kind == PK_Q3_K) {
-            __m128i sc8;
-            if (kind == PK_Q2_K) {
-                const __m128i raw = _mm_loadu_si128((const __m128i*)blk);
-                const __m128i m4 = _mm_set1_epi8(15);
-                sc8 = _mm_and_si128(raw, m4);
-                const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
-                for (int p = 0; p < 4; p++) {
-                    const float ndmin = -a[p].d[b] * dmin;
-                    const __m256i ml = _mm256_madd_epi16(mins, _mm256_loadu_si256((const __m256i*)bs[p]));
-                    k[p].acc = _mm256_fmadd_ps(_mm256_set1_ps(ndmin), _mm256_cvtepi32_ps(ml), k[p].acc);
-                }
-            } else {
-                sc8 = pyllama_q3k_scales8(blk + 96);
-            }
-            pyllama_klanes_q23k_x4(kind, blk, xq, sc8, lanes);
-        } else if (kind == PK_Q6_K) {
-            pyllama_klanes_q6k_x4(blk, xq, bs, lanes);
-        } else {
-            __m256i scales;
-            __m128i mins;
-            pyllama_k4_scales_avx2(blk + 4, &scales, &mins);
-            for (int p = 0; p < 4; p++) {
-                const float ndmin = -a[p].d[b] * dmin;
-                const __m128i ml = pyllama_k4_min_lanes(mins, bs[p]);
-                if (kind == PK_Q4_K) k[p].acc_m = _mm_fmadd_ps(_mm_set1_ps(ndmin), _mm_cvtepi32_ps(ml), k[p].acc_m);
-                else k[p].summs = fmaf(ndmin, (float)pyllama_hsum_i32x4(ml), k[p].summs);
-            }
-            pyllama_klanes_q45k_x4(kind, blk, xq, scales, lanes);
-        }
-        for (int p = 0; p < 4; p++)
-            k[p].acc = _mm256_fmadd_ps(_mm256_set1_ps(a[p].d[b] * d), _mm256_cvtepi32_ps(lanes[p]), k[p].acc);
-#else
-        for (int p = 0; p < 4; p++) pyllama_kquant_step(kind, blk, &a[p], b, &k[p]);
-#endif
-    }
+    for (ptrdiff_t b = 0; b < cols / PYLLAMA_QK_K; b++) pyllama_kquant_steps(kind, w + bytes * b, a, b, k, 4);
     for (int p = 0; p < 4; p++) out[p * out_stride] = pyllama_kquant_finish(kind, &k[p]);
 }
 

@@ -63,11 +63,16 @@ static inline __m128i pyllama_k4_min_lanes(__m128i mins, const int16_t* bs) {
 static inline int32_t pyllama_hsum_i32x8(__m256i v) {
     return pyllama_hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
 }
-static inline __m256i pyllama_klanes_q45k_avx2(int kind, const uint8_t* blk, const int8_t* xq, __m256i scales) {
+/* The lanes functions take np <= 4 positions (xq[p], bs[p]; out[p]) at once: the weights are unpacked
+   and the scales spread once for them, and each position's integer steps are those of np = 1, so its
+   lanes are the same int32 values (the row dot takes one position, kquants.h's tile four). */
+static inline __attribute__((always_inline)) void pyllama_klanes_q45k_avx2(
+        int kind, const uint8_t* blk, const int8_t* const* xq, __m256i scales, int np, __m256i* out) {
     const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 16));
-    __m256i acc = _mm256_setzero_si256();
+    __m256i acc[4];
+    for (int p = 0; p < np; p++) acc[p] = _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
         const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
         __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -75,109 +80,21 @@ static inline __m256i pyllama_klanes_q45k_avx2(int kind, const uint8_t* blk, con
             lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
             hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
         }
-        const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)(xq + 64 * c)));
-        const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(xq + 64 * c + 32)));
-        acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(p0, pyllama_pick16(scales, 2 * c)),
-                                                     _mm256_madd_epi16(p1, pyllama_pick16(scales, 2 * c + 1))));
-    }
-    return acc;
-}
-static inline __m256i pyllama_klanes_q6k_avx2(const uint8_t* blk, const int8_t* xq, const int16_t* bs) {
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    const __m128i sc8 = _mm_loadu_si128((const __m128i*)(blk + 192));
-    __m256i acc = _mm256_setzero_si256();
-    for (int h = 0; h < 2; h++) {
-        const __m256i a = _mm256_loadu_si256((const __m256i*)(blk + 64 * h));
-        const __m256i b = _mm256_loadu_si256((const __m256i*)(blk + 64 * h + 32));
-        const __m256i hb = _mm256_loadu_si256((const __m256i*)(blk + 128 + 32 * h));
-        __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(b, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
-        for (int k = 0; k < 4; k++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i*)(xq + 128 * h + 32 * k));
-            const __m256i p = _mm256_maddubs_epi16(q[k], x);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pyllama_pair16(sc8, 4 * h + k, 1)));
-        }
-    }
-    /* minus 32 * (bsums[2l] sc[2l] + bsums[2l+1] sc[2l+1]) in lane l */
-    const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs), _mm256_cvtepi8_epi16(sc8));
-    return _mm256_sub_epi32(acc, _mm256_slli_epi32(corr, 5));
-}
-/* 2-bit planes: element 128c + 32s + l is bits 2s of qs[32c + l]; Q3_K subtracts 4 where bit 4c+s of
-   hmask[l] is clear. sc8: the 16 scales as int8. */
-static inline __m256i pyllama_klanes_q23k_avx2(int kind, const uint8_t* blk, const int8_t* xq, __m128i sc8) {
-    const uint8_t* qs = blk + (kind == PK_Q2_K ? 16 : 32);
-    const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    const __m256i hm = _mm256_loadu_si256((const __m256i*)blk);
-    __m256i acc = _mm256_setzero_si256();
-    for (int c = 0; c < 2; c++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
-        for (int s = 0; s < 4; s++) {
-            const int i = 4 * c + s;
-            __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * s), m2);
-            __m256i x = _mm256_loadu_si256((const __m256i*)(xq + 32 * i));
-            if (kind == PK_Q3_K) { /* signed q: |q| times x * sign(q), as pyllama_lanes_i8 */
-                const __m256i clear = _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(hm, i), one), one);
-                q = _mm256_sub_epi8(q, _mm256_slli_epi16(clear, 2));
-                x = _mm256_sign_epi8(x, q);
-                q = _mm256_sign_epi8(q, q);
-            }
-            const __m256i p = _mm256_maddubs_epi16(q, x);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, pyllama_pair16(sc8, i, kind == PK_Q3_K)));
-        }
-    }
-    return acc;
-}
-/* Q3_K's 16 6-bit scales minus 32, as int8 */
-static inline __m128i pyllama_q3k_scales8(const uint8_t* s12) {
-    uint32_t u[3];
-    memcpy(u, s12, 12);
-    const uint32_t lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
-    const __m128i s = _mm_set_epi32((int)(((u[1] >> 4) & lo4) | (((u[2] >> 6) & hi2) << 4)),
-                                    (int)(((u[0] >> 4) & lo4) | (((u[2] >> 4) & hi2) << 4)),
-                                    (int)((u[1] & lo4) | (((u[2] >> 2) & hi2) << 4)),
-                                    (int)((u[0] & lo4) | ((u[2] & hi2) << 4)));
-    return _mm_sub_epi8(s, _mm_set1_epi8(32));
-}
-
-/* ---- the same lanes for four positions (xq[p], bs[p]): the weights unpacked and the scales spread
-   once for the four; each position's integer steps are the one-position form's, so its lanes are the
-   same int32 values. tile4 in kquants.h takes them. ---- */
-static inline void pyllama_klanes_q45k_avx2_x4(int kind, const uint8_t* blk, const int8_t* const* xq, __m256i scales,
-                                               __m256i* out) {
-    const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
-    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
-    const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 16));
-    __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    for (int c = 0; c < 4; c++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (kind == PK_Q5_K) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
-        }
         const __m256i s0 = pyllama_pick16(scales, 2 * c), s1 = pyllama_pick16(scales, 2 * c + 1);
-#define PYLLAMA_Q45K_POS(P)                                                                              \
-        {                                                                                                \
-            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)(xq[P] + 64 * c))); \
-            const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(xq[P] + 64 * c + 32))); \
-            acc##P = _mm256_add_epi32(acc##P, _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1))); \
+        for (int p = 0; p < np; p++) {
+            const __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i*)(xq[p] + 64 * c)));
+            const __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i*)(xq[p] + 64 * c + 32)));
+            acc[p] = _mm256_add_epi32(acc[p], _mm256_add_epi32(_mm256_madd_epi16(p0, s0), _mm256_madd_epi16(p1, s1)));
         }
-        PYLLAMA_Q45K_POS(0) PYLLAMA_Q45K_POS(1) PYLLAMA_Q45K_POS(2) PYLLAMA_Q45K_POS(3)
-#undef PYLLAMA_Q45K_POS
     }
-    out[0] = acc0; out[1] = acc1; out[2] = acc2; out[3] = acc3;
+    for (int p = 0; p < np; p++) out[p] = acc[p];
 }
-static inline void pyllama_klanes_q6k_avx2_x4(const uint8_t* blk, const int8_t* const* xq, const int16_t* const* bs,
-                                              __m256i* out) {
+static inline __attribute__((always_inline)) void pyllama_klanes_q6k_avx2(
+        const uint8_t* blk, const int8_t* const* xq, const int16_t* const* bs, int np, __m256i* out) {
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
     const __m128i sc8 = _mm_loadu_si128((const __m128i*)(blk + 192));
-    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    __m256i acc[4];
+    for (int p = 0; p < np; p++) acc[p] = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
         const __m256i a = _mm256_loadu_si256((const __m256i*)(blk + 64 * h));
         const __m256i b = _mm256_loadu_si256((const __m256i*)(blk + 64 * h + 32));
@@ -192,44 +109,60 @@ static inline void pyllama_klanes_q6k_avx2_x4(const uint8_t* blk, const int8_t* 
                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
         for (int k = 0; k < 4; k++) {
             const __m256i sc = pyllama_pair16(sc8, 4 * h + k, 1);
-            for (int p = 0; p < 4; p++) {
+            for (int p = 0; p < np; p++) {
                 const __m256i x = _mm256_loadu_si256((const __m256i*)(xq[p] + 128 * h + 32 * k));
                 acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], x), sc));
             }
         }
     }
+    /* minus 32 * (bsums[2l] sc[2l] + bsums[2l+1] sc[2l+1]) in lane l */
     const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-    for (int p = 0; p < 4; p++) {
+    for (int p = 0; p < np; p++) {
         const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs[p]), sc16);
         out[p] = _mm256_sub_epi32(acc[p], _mm256_slli_epi32(corr, 5));
     }
 }
-static inline void pyllama_klanes_q23k_avx2_x4(int kind, const uint8_t* blk, const int8_t* const* xq, __m128i sc8,
-                                               __m256i* out) {
+/* 2-bit planes: element 128c + 32s + l is bits 2s of qs[32c + l]; Q3_K subtracts 4 where bit 4c+s of
+   hmask[l] is clear. sc8: the 16 scales as int8. */
+static inline __attribute__((always_inline)) void pyllama_klanes_q23k_avx2(
+        int kind, const uint8_t* blk, const int8_t* const* xq, __m128i sc8, int np, __m256i* out) {
     const uint8_t* qs = blk + (kind == PK_Q2_K ? 16 : 32);
     const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     const __m256i hm = _mm256_loadu_si256((const __m256i*)blk);
-    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    __m256i acc[4];
+    for (int p = 0; p < np; p++) acc[p] = _mm256_setzero_si256();
     for (int c = 0; c < 2; c++) {
         const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
         for (int s = 0; s < 4; s++) {
             const int i = 4 * c + s;
             __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * s), m2);
-            if (kind == PK_Q3_K) {
+            if (kind == PK_Q3_K) { /* signed q: |q| times x * sign(q), as pyllama_lanes_i8 */
                 const __m256i clear = _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(hm, i), one), one);
                 q = _mm256_sub_epi8(q, _mm256_slli_epi16(clear, 2));
             }
             const __m256i aq = kind == PK_Q3_K ? _mm256_sign_epi8(q, q) : q;
             const __m256i sc = pyllama_pair16(sc8, i, kind == PK_Q3_K);
-            for (int p = 0; p < 4; p++) {
+            for (int p = 0; p < np; p++) {
                 __m256i x = _mm256_loadu_si256((const __m256i*)(xq[p] + 32 * i));
                 if (kind == PK_Q3_K) x = _mm256_sign_epi8(x, q);
                 acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, x), sc));
             }
         }
     }
-    for (int p = 0; p < 4; p++) out[p] = acc[p];
+    for (int p = 0; p < np; p++) out[p] = acc[p];
 }
+/* Q3_K's 16 6-bit scales minus 32, as int8 */
+static inline __m128i pyllama_q3k_scales8(const uint8_t* s12) {
+    uint32_t u[3];
+    memcpy(u, s12, 12);
+    const uint32_t lo4 = 0x0f0f0f0fu, hi2 = 0x03030303u;
+    const __m128i s = _mm_set_epi32((int)(((u[1] >> 4) & lo4) | (((u[2] >> 6) & hi2) << 4)),
+                                    (int)(((u[0] >> 4) & lo4) | (((u[2] >> 4) & hi2) << 4)),
+                                    (int)((u[1] & lo4) | (((u[2] >> 2) & hi2) << 4)),
+                                    (int)((u[0] & lo4) | ((u[2] & hi2) << 4)));
+    return _mm_sub_epi8(s, _mm_set1_epi8(32));
+}
+
 #endif
 
 #if PYLLAMA_QBLOCKS_AVX512
@@ -254,11 +187,13 @@ static inline __m512i pyllama_srl2(__m256i v, int lo, int hi) {
                                                                          _mm256_set1_epi16((short)hi)));
 }
 
-static inline __m256i pyllama_klanes_q45k_avx512(int kind, const uint8_t* blk, const int8_t* xq, __m256i scales) {
+static inline __attribute__((always_inline)) void pyllama_klanes_q45k_avx512(
+        int kind, const uint8_t* blk, const int8_t* const* xq, __m256i scales, int np, __m256i* out) {
     const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
     const __m512i m4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(blk + 16)));
-    __m512i acc = _mm512_setzero_si512();
+    __m512i acc[4];
+    for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_si512();
     for (int c = 0; c < 4; c++) {
         /* elements 64c..64c+31 (low nibbles) and 64c+32..64c+63 (high): 32-value runs 2c and 2c + 1 */
         const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
@@ -268,16 +203,20 @@ static inline __m256i pyllama_klanes_q45k_avx512(int kind, const uint8_t* blk, c
                                                 _mm256_set1_epi8((char)(1 << (2 * c + 1))));
             q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, sixteen);
         }
-        const __m512i p = _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void*)(xq + 64 * c)));
-        acc = pyllama_madd_acc(acc, p, pyllama_split16(pyllama_pick16(scales, 2 * c), pyllama_pick16(scales, 2 * c + 1)));
+        const __m512i sc = pyllama_split16(pyllama_pick16(scales, 2 * c), pyllama_pick16(scales, 2 * c + 1));
+        for (int p = 0; p < np; p++)
+            acc[p] = pyllama_madd_acc(acc[p], _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void*)(xq[p] + 64 * c))),
+                                      sc);
     }
-    return pyllama_fold_halves(acc);
+    for (int p = 0; p < np; p++) out[p] = pyllama_fold_halves(acc[p]);
 }
 
-static inline __m256i pyllama_klanes_q6k_avx512(const uint8_t* blk, const int8_t* xq, const int16_t* bs) {
+static inline __attribute__((always_inline)) void pyllama_klanes_q6k_avx512(
+        const uint8_t* blk, const int8_t* const* xq, const int16_t* const* bs, int np, __m256i* out) {
     const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
     const __m128i sc8 = _mm_loadu_si128((const __m128i*)(blk + 192));
-    __m512i acc = _mm512_setzero_si512();
+    __m512i acc[4];
+    for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_si512();
     for (int h = 0; h < 2; h++) {
         /* a then b (64 bytes): q0 = a & 15 and q1 = b & 15 (runs 4h, 4h + 1), q2 = a >> 4 and q3 = b >> 4
            (runs 4h + 2, 4h + 3); the high bits are bit pairs 0, 2, 4, 6 of hb */
@@ -287,137 +226,54 @@ static inline __m256i pyllama_klanes_q6k_avx512(const uint8_t* blk, const int8_t
                                             _mm512_slli_epi16(_mm512_and_si512(pyllama_srl2(hb, 0, 2), m2), 4));
         const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), m4),
                                             _mm512_slli_epi16(_mm512_and_si512(pyllama_srl2(hb, 4, 6), m2), 4));
-        const __m512i p01 = _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void*)(xq + 128 * h)));
-        const __m512i p23 = _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void*)(xq + 128 * h + 64)));
-        acc = pyllama_madd_acc(acc, p01, pyllama_pair16_x2(sc8, 4 * h, 1));
-        acc = pyllama_madd_acc(acc, p23, pyllama_pair16_x2(sc8, 4 * h + 2, 1));
+        const __m512i s01 = pyllama_pair16_x2(sc8, 4 * h, 1), s23 = pyllama_pair16_x2(sc8, 4 * h + 2, 1);
+        for (int p = 0; p < np; p++) {
+            const __m512i p01 = _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void*)(xq[p] + 128 * h)));
+            const __m512i p23 = _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void*)(xq[p] + 128 * h + 64)));
+            acc[p] = pyllama_madd_acc(pyllama_madd_acc(acc[p], p01, s01), p23, s23);
+        }
     }
-    const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs), _mm256_cvtepi8_epi16(sc8));
-    return _mm256_sub_epi32(pyllama_fold_halves(acc), _mm256_slli_epi32(corr, 5));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    for (int p = 0; p < np; p++) {
+        const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs[p]), sc16);
+        out[p] = _mm256_sub_epi32(pyllama_fold_halves(acc[p]), _mm256_slli_epi32(corr, 5));
+    }
 }
 
-static inline __m256i pyllama_klanes_q23k_avx512(int kind, const uint8_t* blk, const int8_t* xq, __m128i sc8) {
+static inline __attribute__((always_inline)) void pyllama_klanes_q23k_avx512(
+        int kind, const uint8_t* blk, const int8_t* const* xq, __m128i sc8, int np, __m256i* out) {
     const uint8_t* qs = blk + (kind == PK_Q2_K ? 16 : 32);
     const __m512i m2 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)blk));
-    __m512i acc = _mm512_setzero_si512();
+    __m512i acc[4];
+    for (int p = 0; p < np; p++) acc[p] = _mm512_setzero_si512();
     for (int c = 0; c < 2; c++) {
         const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
         for (int s = 0; s < 4; s += 2) {
             const int i = 4 * c + s; /* runs i (bits 2s of v) and i + 1 (bits 2s + 2) */
             __m512i q = _mm512_and_si512(pyllama_srl2(v, 2 * s, 2 * s + 2), m2);
-            __m512i x = _mm512_loadu_si512((const void*)(xq + 32 * i));
+            __mmask64 negative = 0;
             if (kind == PK_Q3_K) { /* minus 4 where hmask bit i (low run) or i + 1 (high run) is clear */
                 const __m512i bit = pyllama_split16(_mm256_set1_epi8((char)(1 << i)), _mm256_set1_epi8((char)(1 << (i + 1))));
                 q = _mm512_mask_sub_epi8(q, (__mmask64)~_mm512_test_epi8_mask(hm, bit), q, four);
-                x = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(q), _mm512_setzero_si512(), x);
-                q = _mm512_abs_epi8(q);
-            }
-            const __m512i p = _mm512_maddubs_epi16(q, x);
-            acc = pyllama_madd_acc(acc, p, pyllama_pair16_x2(sc8, i, kind == PK_Q3_K));
-        }
-    }
-    return pyllama_fold_halves(acc);
-}
-/* four positions (see the AVX2 _x4 forms above): each position's steps those of the one-position form */
-static inline void pyllama_klanes_q45k_avx512_x4(int kind, const uint8_t* blk, const int8_t* const* xq,
-                                                 __m256i scales, __m256i* out) {
-    const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
-    const __m512i m4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
-    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(blk + 16)));
-    __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    for (int c = 0; c < 4; c++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
-        __m512i q = _mm512_and_si512(pyllama_split16(v, _mm256_srli_epi16(v, 4)), m4);
-        if (kind == PK_Q5_K) {
-            const __m512i bit = pyllama_split16(_mm256_set1_epi8((char)(1 << (2 * c))),
-                                                _mm256_set1_epi8((char)(1 << (2 * c + 1))));
-            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, sixteen);
-        }
-        const __m512i sc = pyllama_split16(pyllama_pick16(scales, 2 * c), pyllama_pick16(scales, 2 * c + 1));
-        acc0 = pyllama_madd_acc(acc0, _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void*)(xq[0] + 64 * c))), sc);
-        acc1 = pyllama_madd_acc(acc1, _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void*)(xq[1] + 64 * c))), sc);
-        acc2 = pyllama_madd_acc(acc2, _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void*)(xq[2] + 64 * c))), sc);
-        acc3 = pyllama_madd_acc(acc3, _mm512_maddubs_epi16(q, _mm512_loadu_si512((const void*)(xq[3] + 64 * c))), sc);
-    }
-    out[0] = pyllama_fold_halves(acc0);
-    out[1] = pyllama_fold_halves(acc1);
-    out[2] = pyllama_fold_halves(acc2);
-    out[3] = pyllama_fold_halves(acc3);
-}
-
-static inline void pyllama_klanes_q6k_avx512_x4(const uint8_t* blk, const int8_t* const* xq, const int16_t* const* bs,
-                                                __m256i* out) {
-    const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
-    const __m128i sc8 = _mm_loadu_si128((const __m128i*)(blk + 192));
-    __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    for (int h = 0; h < 2; h++) {
-        const __m512i ab = _mm512_loadu_si512((const void*)(blk + 64 * h));
-        const __m256i hb = _mm256_loadu_si256((const __m256i*)(blk + 128 + 32 * h));
-        const __m512i q01 = _mm512_or_si512(_mm512_and_si512(ab, m4),
-                                            _mm512_slli_epi16(_mm512_and_si512(pyllama_srl2(hb, 0, 2), m2), 4));
-        const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ab, 4), m4),
-                                            _mm512_slli_epi16(_mm512_and_si512(pyllama_srl2(hb, 4, 6), m2), 4));
-        const __m512i s01 = pyllama_pair16_x2(sc8, 4 * h, 1), s23 = pyllama_pair16_x2(sc8, 4 * h + 2, 1);
-#define PYLLAMA_Q6K_POS(P)                                                                                    \
-        acc##P = pyllama_madd_acc(acc##P, _mm512_maddubs_epi16(q01, _mm512_loadu_si512((const void*)(xq[P] + 128 * h))), s01); \
-        acc##P = pyllama_madd_acc(acc##P, _mm512_maddubs_epi16(q23, _mm512_loadu_si512((const void*)(xq[P] + 128 * h + 64))), s23);
-        PYLLAMA_Q6K_POS(0) PYLLAMA_Q6K_POS(1) PYLLAMA_Q6K_POS(2) PYLLAMA_Q6K_POS(3)
-#undef PYLLAMA_Q6K_POS
-    }
-    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-    const __m512i accs[4] = {acc0, acc1, acc2, acc3};
-    for (int p = 0; p < 4; p++) {
-        const __m256i corr = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i*)bs[p]), sc16);
-        out[p] = _mm256_sub_epi32(pyllama_fold_halves(accs[p]), _mm256_slli_epi32(corr, 5));
-    }
-}
-
-static inline void pyllama_klanes_q23k_avx512_x4(int kind, const uint8_t* blk, const int8_t* const* xq, __m128i sc8,
-                                                 __m256i* out) {
-    const uint8_t* qs = blk + (kind == PK_Q2_K ? 16 : 32);
-    const __m512i m2 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-    const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)blk));
-    __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    for (int c = 0; c < 2; c++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
-        for (int s = 0; s < 4; s += 2) {
-            const int i = 4 * c + s;
-            __m512i q = _mm512_and_si512(pyllama_srl2(v, 2 * s, 2 * s + 2), m2);
-            __mmask64 negative = 0;
-            if (kind == PK_Q3_K) {
-                const __m512i bit = pyllama_split16(_mm256_set1_epi8((char)(1 << i)), _mm256_set1_epi8((char)(1 << (i + 1))));
-                q = _mm512_mask_sub_epi8(q, (__mmask64)~_mm512_test_epi8_mask(hm, bit), q, four);
-                negative = _mm512_movepi8_mask(q);
+                negative = _mm512_movepi8_mask(q); /* x is negated where q < 0, then |q| is used */
                 q = _mm512_abs_epi8(q);
             }
             const __m512i sc = pyllama_pair16_x2(sc8, i, kind == PK_Q3_K);
-#define PYLLAMA_Q23K_POS(P)                                                                                   \
-            {                                                                                                 \
-                __m512i x = _mm512_loadu_si512((const void*)(xq[P] + 32 * i));                              \
-                if (kind == PK_Q3_K) x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);       \
-                acc##P = pyllama_madd_acc(acc##P, _mm512_maddubs_epi16(q, x), sc);                            \
+            for (int p = 0; p < np; p++) {
+                __m512i x = _mm512_loadu_si512((const void*)(xq[p] + 32 * i));
+                if (kind == PK_Q3_K) x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
+                acc[p] = pyllama_madd_acc(acc[p], _mm512_maddubs_epi16(q, x), sc);
             }
-            PYLLAMA_Q23K_POS(0) PYLLAMA_Q23K_POS(1) PYLLAMA_Q23K_POS(2) PYLLAMA_Q23K_POS(3)
-#undef PYLLAMA_Q23K_POS
         }
     }
-    out[0] = pyllama_fold_halves(acc0);
-    out[1] = pyllama_fold_halves(acc1);
-    out[2] = pyllama_fold_halves(acc2);
-    out[3] = pyllama_fold_halves(acc3);
+    for (int p = 0; p < np; p++) out[p] = pyllama_fold_halves(acc[p]);
 }
 #define pyllama_klanes_q45k pyllama_klanes_q45k_avx512
-#define pyllama_klanes_q45k_x4 pyllama_klanes_q45k_avx512_x4
-#define pyllama_klanes_q6k_x4 pyllama_klanes_q6k_avx512_x4
-#define pyllama_klanes_q23k_x4 pyllama_klanes_q23k_avx512_x4
 #define pyllama_klanes_q6k pyllama_klanes_q6k_avx512
 #define pyllama_klanes_q23k pyllama_klanes_q23k_avx512
 #elif PYLLAMA_QBLOCKS_AVX2
 #define pyllama_klanes_q45k pyllama_klanes_q45k_avx2
-#define pyllama_klanes_q45k_x4 pyllama_klanes_q45k_avx2_x4
-#define pyllama_klanes_q6k_x4 pyllama_klanes_q6k_avx2_x4
-#define pyllama_klanes_q23k_x4 pyllama_klanes_q23k_avx2_x4
 #define pyllama_klanes_q6k pyllama_klanes_q6k_avx2
 #define pyllama_klanes_q23k pyllama_klanes_q23k_avx2
 #endif
