@@ -372,21 +372,29 @@ def simulate_blocks(int n_threads, seconds_1, seconds_n, str policy="adaptive") 
     """``simulate_decode`` for the block controller: block i takes ``seconds_1[i]`` on one thread and
     ``seconds_n[i]`` on the team (full blocks); the same fields."""
     cdef DecodeTeam t
-    cdef double now = 0.0, seconds
-    cdef Py_ssize_t i
     if len(seconds_1) != len(seconds_n):
         raise ValueError("simulate_blocks: seconds_1 and seconds_n need one time per block each")
     previous = set_decode_policy(policy)
     try:
-        _block_team_start(&t, n_threads, now)
+        _block_team_start(&t, n_threads, 0.0)
     finally:
         set_decode_policy(previous)
+    return _run_simulated(&t, seconds_1, seconds_n, 0.0, False)
+
+
+cdef dict _run_simulated(DecodeTeam* t, seconds_1, seconds_n, double start, bint finish):
+    """Drive a started controller from ``start``: unit i takes seconds_1[i] on one thread, seconds_n[i]
+    on the team; ``finish``: end it as a decode ends. Its stats and the simulated seconds."""
+    cdef double seconds, now = start
+    cdef Py_ssize_t i
     for i in range(len(seconds_1)):
         seconds = seconds_1[i] if t.team == 1 else seconds_n[i]
         now += seconds
-        _token_done(&t, seconds, now)
+        _token_done(t, seconds, now)
+    if finish:
+        _decode_finish(t, now)
     return {"settled": t.settled, "tokens_1": t.tokens_1, "tokens_n": t.tokens_n, "probes": t.probes,
-            "switches": t.switches, "seconds": now}
+            "switches": t.switches, "seconds": now - start}
 
 
 def team_for(int n_threads, long long work) -> int:
@@ -401,19 +409,11 @@ def simulate_decode(int n_threads, seconds_1, seconds_n, str policy="adaptive", 
     Returns ``decode_stats()``'s fields and ``seconds``, the total time, so a test can compare it
     with always-1, always-n and the best per token."""
     cdef DecodeTeam t
-    cdef double now = start, seconds
-    cdef Py_ssize_t i
     if len(seconds_1) != len(seconds_n):
         raise ValueError("simulate_decode: seconds_1 and seconds_n need one time per token each")
     previous = set_decode_policy(policy)
     try:
-        _decode_start(&t, n_threads, <const void*>key, now)
+        _decode_start(&t, n_threads, <const void*>key, start)
     finally:
         set_decode_policy(previous)
-    for i in range(len(seconds_1)):
-        seconds = seconds_1[i] if t.team == 1 else seconds_n[i]
-        now += seconds
-        _token_done(&t, seconds, now)
-    _decode_finish(&t, now)
-    return {"settled": t.settled, "tokens_1": t.tokens_1, "tokens_n": t.tokens_n, "probes": t.probes,
-            "switches": t.switches, "seconds": now - start}
+    return _run_simulated(&t, seconds_1, seconds_n, start, True)
