@@ -1,12 +1,13 @@
 """Tensor traces under llama.cpp's names, and their comparison with a ``llama-eval-callback`` log.
 
-``trace_prompt`` teacher-forces a prompt through exact (causal) attention with the engine's tracer
-on and keeps every intermediate tensor of every position: ``inp_embd``, ``attn_norm-L``, ``Qcur-L``
-and ``Kcur-L`` (after RoPE), ``Vcur-L``, ``kqv_merged_cont-L`` (attention output, heads merged),
-``kqv_out-L``, ``ffn_inp-L``, ``ffn_norm-L``, ``ffn_gate-L``, ``ffn_up-L``, ``ffn_gate_par-L``
-(silu(gate) * up), ``ffn_out-L``, ``l_out-L``, ``result_norm``, ``result_output``. As in llama.cpp's
-graph, the last layer keeps only the last position's row from ``ffn_inp`` on (``inp_out_ids``: only
-the last token's logits are requested), and so do ``result_norm`` and ``result_output``.
+``trace_prompt`` teacher-forces a prompt through exact (causal) attention, one position at a time,
+with an observer of the engine's stages, and keeps every intermediate tensor of every position:
+``inp_embd``, ``attn_norm-L``, ``Qcur-L`` and ``Kcur-L`` (after RoPE), ``Vcur-L``,
+``kqv_merged_cont-L`` (attention output, heads merged), ``kqv_out-L``, ``ffn_inp-L``,
+``ffn_norm-L``, ``ffn_gate-L``, ``ffn_up-L``, ``ffn_gate_par-L`` (silu(gate) * up), ``ffn_out-L``,
+``l_out-L``, ``result_norm``, ``result_output``. As in llama.cpp's graph, the last layer keeps only
+the last position's row from ``ffn_inp`` on (``inp_out_ids``: only the last token's logits are
+requested), and so do ``result_norm`` and ``result_output``.
 
 ``parse_evalcb_log`` reads ``llama-eval-callback`` output: per tensor a header line (``ggml_debug:``
 at older llama.cpp versions, ``common_debug_cb_eval:`` at newer ones) ending in its shape ``{ne0, ne1,
@@ -31,8 +32,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pyllama.engine.observer import StageCallback
 from pyllama.errors import InputError
 
+# The engine's stages (pyllama.engine.observer) under the names llama.cpp's graph gives them.
+LLAMA_CPP_NAMES = {
+    "embedding": "inp_embd",
+    "attn_norm": "attn_norm",
+    "q": "Qcur",
+    "k": "Kcur",
+    "v": "Vcur",
+    "attention": "kqv_merged_cont",
+    "attn_out": "kqv_out",
+    "ffn_inp": "ffn_inp",
+    "ffn_norm": "ffn_norm",
+    "ffn_gate": "ffn_gate",
+    "ffn_up": "ffn_up",
+    "ffn_act": "ffn_gate_par",
+    "ffn_out": "ffn_out",
+    "layer_out": "l_out",
+    "result_norm": "result_norm",
+    "logits": "result_output",
+}
 # From ffn_inp on, llama.cpp's last layer computes only the rows whose logits are wanted.
 LAST_LAYER_LAST_ROW = ("ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_gate_par", "ffn_out", "l_out")
 FINAL_LAST_ROW = ("result_norm", "result_output")
@@ -155,20 +176,20 @@ def trace_prompt(model, ids: list[int], threads: int | None = None) -> Trace:
     n_layers = model.config.n_layers
     last = len(ids) - 1
     rows: dict[str, list[np.ndarray]] = {}
-    pos = 0
 
-    def tracer(name: str, values: np.ndarray) -> None:
+    def tracer(stage: str, layer: int, pos: int, values: np.ndarray) -> None:
+        name = LLAMA_CPP_NAMES[stage] if layer < 0 else f"{LLAMA_CPP_NAMES[stage]}-{layer}"
         if pos != last and _last_row_only(name, n_layers):
             return
-        rows.setdefault(name, []).append(np.array(values, dtype=np.float32).ravel())
+        rows.setdefault(name, []).append(values.ravel())
 
     engine.reset()
-    engine.set_tracer(tracer)
+    engine.set_observer(StageCallback(tracer, per_position=True))
     try:
-        for pos, token in enumerate(ids):  # the tracer reads pos
+        for pos, token in enumerate(ids):
             engine.forward(token, pos)
     finally:
-        engine.set_tracer(None)
+        engine.set_observer(None)
     trace = Trace()
     for name, parts in rows.items():
         data = np.stack(parts)

@@ -19,6 +19,7 @@ from conftest import make_checkpoint, shared_file
 from pyllama.attention.base import Attention
 from pyllama.attention.registry import create_plugin
 from pyllama.diff import run_diff
+from pyllama.diff._capture import DiffCapture
 from pyllama.engine import Engine
 from pyllama.errors import PositionError
 from pyllama.model import Model
@@ -186,9 +187,11 @@ def test_block_ledger_is_the_per_position_ledger(models, spec):
         expect.append(one.attention.memory_bytes())
     engine = Engine(model.config, model.weights, create_plugin(spec), 1, max_block=32)
     ledger = np.zeros(32, dtype=np.int64)
-    engine.set_ledger(ledger)
+    capture = DiffCapture(engine.attention, model.config, ledger=ledger)
+    engine.set_observer(capture)
     got = []
     for c in range(0, len(tokens), 32):
+        capture.begin(c)
         engine.forward_block(tokens[c : c + 32], c)
         got.extend(ledger[: len(tokens[c : c + 32])].tolist())
     assert got == expect
@@ -294,9 +297,9 @@ def test_block_forward_checks_its_input(models):
         engine.forward_block(np.array([1, 99999], dtype=np.int32), 0)
     with pytest.raises(ValueError, match="at least one token"):
         engine.forward_block(np.zeros(0, dtype=np.int32), 0)
-    engine.set_ledger(np.zeros(8, dtype=np.int64))
-    with pytest.raises(ValueError, match="capture buffers and ledger hold 8"):
-        engine.forward_block(np.ones(9, dtype=np.int32), 0)
+    engine.set_observer(DiffCapture(engine.attention, model.config, ledger=np.zeros(8, dtype=np.int64)))
+    with pytest.raises(ValueError, match="outside its 8 rows"):
+        engine.forward_block(np.ones(16, dtype=np.int32), 0)
     assert engine.block_buffer_bytes() > 0
 
 

@@ -93,5 +93,5 @@ def test_the_buffers_the_kernels_read_start_cache_lines(stories260k):
 
     engine = Model.load(stories260k).engine("causal")
     addresses = engine.activation_addresses()
-    assert {"bx", "bxb", "bhb", "batt", "x", "logits"} <= addresses.keys()
+    assert {"x", "xb", "hb", "att", "q", "logits"} <= addresses.keys()
     assert {name: a % 64 for name, a in addresses.items() if a % 64} == {}

@@ -7,13 +7,14 @@ cdef class Attention:
     cdef public long long max_positions  # positions this plugin can hold; 0 until init: the context
     cdef public int n_threads          # from the pool: threads the plugin may use
     cdef public bint native            # True: attend_c is implemented in C (no GIL, no Python per layer)
-    cdef object _bound                 # numpy views of the engine's (q, k, v, out) for the Python path
-    cdef const float* _bound_q
-    cdef object _bound_block           # the engine's block buffers (q, k, v, out), [rows, width] each
+    cdef object _bound_block           # the engine's row buffers (q, k, v, out) [rows, width], for the Python path
     cdef const float* _block_q
     cdef Py_ssize_t _block_rows
+    cdef object _pre_rope_rows         # the engine's queries before RoPE [rows, q_dim], or None (wants_pre_rope_query)
+    cdef const float* _pre_rope_q
     cdef int _q_dim, _kv_dim
 
+    cdef Py_ssize_t bound_row(self, const float* q, Py_ssize_t n) except -2 nogil
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil
     # positions pos .. pos + n - 1 of one layer, in order: q, out [n, q_dim], k, v [n, kv_dim] rows
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,

@@ -61,11 +61,11 @@ cdef class Attention:
         self.max_positions = 0
         self.n_threads = 1
         self.native = False
-        self._bound = None
-        self._bound_q = NULL
         self._bound_block = None
         self._block_q = NULL
         self._block_rows = 0
+        self._pre_rope_rows = None
+        self._pre_rope_q = NULL
 
     def init(self, config, pool):
         """Allocate all state for ``config`` (a ModelConfig); ``pool.n_threads`` threads may be used."""
@@ -121,13 +121,14 @@ cdef class Attention:
         if n:
             self.attend_block_c(layer, pos, n, &qv[0, 0], &kv[0, 0], &vv[0, 0], &ov[0, 0])
 
-    def _configure(self, config, pool, q=None, k=None, v=None, out=None, block=None):
+    def _configure(self, config, pool, rows=None, pre_rope=None):
         """Called by the engine before ``init``: fills in what every plugin has.
 
-        ``q, k, v, out`` are the engine's buffers, handed to a Python ``attend`` as numpy views, and
-        ``block`` its block buffers (q, k, v, out) [rows, width], handed to ``attend_block``.
-        Without them (a plugin driven directly, e.g. wrapped inside another plugin or in a test),
-        ``attend`` is called with the caller's arrays only.
+        ``rows`` are the engine's row buffers (q, k, v, out) [max_block, width], handed to a Python
+        ``attend`` / ``attend_block`` as numpy views; ``pre_rope`` its queries before RoPE
+        [max_block, q_dim] for a plugin that declares ``wants_pre_rope_query``. Without them (a
+        plugin driven directly, e.g. wrapped inside another plugin or in a test), ``attend`` is
+        called with the caller's arrays only.
         """
         cdef float[:, ::1] bq
         self.config = config
@@ -139,31 +140,37 @@ cdef class Attention:
         self._bound_block = None
         self._block_q = NULL
         self._block_rows = 0
-        if block is not None:
-            self._bound_block = tuple(block)
-            bq = block[0]
+        self._pre_rope_rows = None
+        self._pre_rope_q = NULL
+        if rows is not None:
+            self._bound_block = tuple(rows)
+            bq = rows[0]
             self._block_q = &bq[0, 0]
             self._block_rows = bq.shape[0]
-        if q is None:
-            self._bound = None
-            self._bound_q = NULL
-            return
-        self._bound = (q, k, v, out)
-        cdef float[::1] qv = q
-        self._bound_q = &qv[0]
+        if pre_rope is not None:
+            self._pre_rope_rows = pre_rope
+            bq = pre_rope
+            self._pre_rope_q = &bq[0, 0]
+
+    cdef Py_ssize_t bound_row(self, const float* q, Py_ssize_t n) except -2 nogil:
+        # the row of the engine's buffers that q points at (n rows from there), for the Python path
+        cdef Py_ssize_t r = (q - self._block_q) // self._q_dim if self._block_q != NULL else -1
+        if r < 0 or r + n > self._block_rows or q != self._block_q + r * self._q_dim:
+            with gil:
+                raise RuntimeError(f"{type(self).__name__}: the Python path only runs on the engine's buffers")
+        return r
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
-        # The Python path: hand the engine's own buffers to attend() as numpy views.
+        # The Python path: the engine's row of q, k, v and out handed to attend() as numpy views.
+        cdef Py_ssize_t r = self.bound_row(q, 1)
         with gil:
-            if self._bound is None or q != self._bound_q:
-                raise RuntimeError(f"{type(self).__name__}: the Python path only runs on the engine's buffers")
-            bq, bk, bv, bo = self._bound
-            self.attend(layer, pos, bq, bk, bv, bo)
+            bq, bk, bv, bo = self._bound_block
+            self.attend(layer, pos, bq[r], bk[r], bv[r], bo[r])
         return 0
 
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
                             float* out) except -1 nogil:
-        # Native: n attend_c calls. The Python path: rows r .. r + n - 1 of the engine's block buffers
+        # Native: n attend_c calls. The Python path: rows r .. r + n - 1 of the engine's buffers
         # (q points at row r) handed to attend_block() as numpy views.
         cdef Py_ssize_t i, r
         if self.native:
@@ -171,10 +178,8 @@ cdef class Attention:
                 self.attend_c(layer, pos + i, q + i * self._q_dim, k + i * self._kv_dim, v + i * self._kv_dim,
                               out + i * self._q_dim)
             return 0
+        r = self.bound_row(q, n)
         with gil:
-            r = (q - self._block_q) // self._q_dim if self._block_q != NULL else -1
-            if r < 0 or r + n > self._block_rows or q != self._block_q + r * self._q_dim:
-                raise RuntimeError(f"{type(self).__name__}: the Python path only runs on the engine's buffers")
             bq, bk, bv, bo = self._bound_block
             self.attend_block(layer, pos, bq[r:r + n], bk[r:r + n], bv[r:r + n], bo[r:r + n])
         return 0

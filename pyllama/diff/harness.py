@@ -2,17 +2,17 @@
 
 Both engines see the same tokens at the same positions: every sequence of the probe is fed from
 position 0 after a reset, in blocks of positions (``Engine.forward_block``: each weight read once
-per block, the same bits as one ``forward`` per position, the plugin's ledger reported per position
-through ``Engine.set_ledger``). Each engine copies its per-layer attention output and its final
-hidden state into capture buffers (``Engine.set_capture``, one row per position) and skips its
-classifier: the logits of a
-block of positions are computed afterwards by ``classify_block``, the same per-element arithmetic
-with the classifier read once per block (bit-identical to ``Engine.forward``'s logits; the tests
-check it). With two or more threads the two engines run a block concurrently, half the thread
-budget each (a native plugin's forward releases the GIL; a Python plugin holds it only inside its
-``attend``). Each side reduces its block of logits to its log-softmax's per-row constants (one exp
-per logit, ``_metrics.RowSoftmax``); the comparison metrics then take one compiled pass over both
-sides' rows per block (``_metrics.compare``), with exactly the values of ``metrics.py``'s numpy.
+per block, the same bits as one pass per position). An observer of each engine
+(``_capture.DiffCapture``) copies its per-layer attention output, its final hidden state and the
+plugin's ledger after each position into buffers of one row per position, and the engine skips its
+classifier: the logits of a block of positions are computed afterwards by ``classify_block``, the
+same per-element arithmetic with the classifier read once per block (bit-identical to
+``Engine.forward``'s logits; the tests check it). With two or more threads the two engines run a
+block concurrently, half the thread budget each (a native plugin's forward releases the GIL; a
+Python plugin holds it only inside its ``attend``). Each side reduces its block of logits to its
+log-softmax's per-row constants (one exp per logit, ``_metrics.RowSoftmax``); the comparison metrics
+then take one compiled pass over both sides' rows per block (``_metrics.compare``), with exactly the
+values of ``metrics.py``'s numpy.
 
 A sequence longer than one plugin's ``max_positions`` is compared over the positions both hold,
 and the report says so.

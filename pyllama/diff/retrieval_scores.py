@@ -35,6 +35,7 @@ from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_l
 from pyllama.attention.registry import create_plugin
 from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
+from pyllama.diff._capture import DiffCapture
 from pyllama.diff._metrics import RowSoftmax
 from pyllama.diff.probes import Probe, ProbeSource, Segment, load_probe
 from pyllama.engine import Engine
@@ -238,16 +239,18 @@ def score_retrieval(
             continue
         scored = np.arange(t.start - 1, t.start + t.length - 1)  # the rows predicting the scored tokens
         kept = np.zeros((scored.size, config.dim), dtype=np.float32)
-        engine.set_capture(hidden=hidden, logits=False)
+        capture = DiffCapture(plugin, config, hidden=hidden, label=label)
+        engine.set_observer(capture)
         engine.reset()
         try:
             for c0 in range(0, len(seg), block):
                 c1 = min(len(seg), c0 + block)
-                engine.forward_block(np.ascontiguousarray(seg.tokens[c0:c1]), c0)
+                capture.begin(c0)
+                engine.forward_block(np.ascontiguousarray(seg.tokens[c0:c1]), c0, classify=False)
                 inside = (scored >= c0) & (scored < c1)
                 kept[inside] = hidden[scored[inside] - c0]
         finally:
-            engine.set_capture()
+            engine.set_observer(None)
         memory.append(checked_memory_bytes(plugin, label))
         positions += len(seg)
         logits = np.zeros((scored.size, config.vocab_size), dtype=np.float32)

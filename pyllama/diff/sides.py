@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pyllama.attention.base import Attention
-from pyllama.attention.guard import checked_memory_bytes, plugin_calls
+from pyllama.attention.guard import plugin_calls
 from pyllama.attention.registry import create_plugin
 from pyllama.diff._block import classify_block
+from pyllama.diff._capture import DiffCapture
 from pyllama.diff._metrics import RowSoftmax
 from pyllama.diff.retrieval_scores import greedy_decode
 from pyllama.engine import Engine
@@ -31,13 +32,13 @@ if TYPE_CHECKING:
 
 
 class LiveSide:
-    """One engine with its block buffers. The engine skips its classifier; ``run`` applies it to the
-    whole block afterwards (``classify_block``: the same arithmetic, weights read once per block),
-    then the log-softmax of every row.
+    """One engine with its block buffers, which a ``DiffCapture`` observing the engine fills: every
+    layer's attention output, the final hidden state and the ledger of each position. The engine
+    skips its classifier; ``run`` applies it to the whole block afterwards (``classify_block``: the
+    same arithmetic, weights read once per block), then the log-softmax of every row.
 
-    ``blocks``: the engine runs a block of positions at once (``Engine.forward_block``: the same bits
-    as one ``forward`` per position; the ledger of each position comes from ``set_ledger``); False:
-    one ``forward`` per position, asking ``memory_bytes()`` after each. ``recording``: a record being
+    ``blocks``: the engine runs a block of positions in one pass (``Engine.forward_block``: the same
+    bits as one pass per position); False: one pass per position. ``recording``: a record being
     made, whose rows this side writes as it goes."""
 
     replayed = False
@@ -66,13 +67,8 @@ class LiveSide:
         self.mem = np.zeros(block, dtype=np.int64)
         self.bad_layer = np.full(block, -1, dtype=np.int32)  # the engine's nonfinite_layer per position
         self.softmax = RowSoftmax(block, config.vocab_size, keep_exps)
-        if blocks:
-            engine.set_capture(self.att, self.hidden, logits=False)
-            engine.set_ledger(self.mem)
-        else:
-            self.capture = np.zeros((config.n_layers, config.q_dim), dtype=np.float32)
-            self.final = np.zeros(config.dim, dtype=np.float32)
-            engine.set_capture(self.capture, self.final, logits=False)
+        self.capture = DiffCapture(engine.attention, config, self.att, self.hidden, self.mem, label)
+        engine.set_observer(self.capture)
 
     @property
     def max_positions(self) -> int:
@@ -82,8 +78,7 @@ class LiveSide:
         self.engine.reset()
 
     def release(self) -> None:
-        self.engine.set_capture()
-        self.engine.set_ledger()
+        self.engine.set_observer(None)
 
     def greedy(self, seg: Segment) -> list[int]:
         return greedy_decode(self.engine, seg.tokens[: seg.target.prompt], seg.target.length)
@@ -92,9 +87,10 @@ class LiveSide:
         """Positions ``start..`` of sequence ``seq`` (``tokens``) into the buffers."""
         m = tokens.shape[0]
         self.at = f"position {start}" if m == 1 else f"positions {start}..{start + m - 1}"
+        self.capture.begin(start)
         try:
             if self.blocks:
-                self.engine.forward_block(np.ascontiguousarray(tokens, dtype=np.int32), start)
+                self.engine.forward_block(np.ascontiguousarray(tokens, dtype=np.int32), start, classify=False)
                 self.bad_layer[:m] = self.engine.block_nonfinite_layers[:m]
             else:
                 self._run_positions(tokens, start)
@@ -111,16 +107,11 @@ class LiveSide:
             )
 
     def _run_positions(self, tokens: np.ndarray, start: int) -> None:
-        engine = self.engine
-        attention = engine.attention
         for i in range(tokens.shape[0]):
             pos = start + i
             self.at = f"position {pos}"  # where a failure is reported (run's one wrapper)
-            engine.forward(int(tokens[i]), pos)
-            self.hidden[i] = self.final
-            self.att[i] = self.capture
-            self.bad_layer[i] = engine.nonfinite_layer
-            self.mem[i] = checked_memory_bytes(attention, self.label)
+            self.engine.forward_block(np.ascontiguousarray(tokens[i : i + 1], dtype=np.int32), pos, classify=False)
+            self.bad_layer[i] = self.engine.nonfinite_layer
 
 
 class ReplaySide:

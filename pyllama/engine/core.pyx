@@ -2,18 +2,17 @@
 
 The data is kept apart as in llama2.c's run.c (``state.pxd``): ``Config`` (shapes), the weights
 (``TransformerWeights``: pointers taken once from the memory-mapped tensors) and ``RunState`` (the
-activations, run.c's names ``x, xb, xb2, hb, hb2, q, k, v, logits``, and the block forward's
-buffers). This module fills them and offers the Python API; the computation lives beside it:
-``forward.pyx`` (one position), ``block.pyx`` (a block of known positions, each weight read once
-per block, bit-identical to one forward per position), ``generate.pyx`` (run.c's token loop),
-``capture.pyx`` (what the diff harness reads out), ``trace.pyx`` (llama.cpp-named tensors) and
-``nonfinite.pyx`` (where NaN or Inf first appeared). The engine never stores keys or values: the
-plugin (``attend_c``) owns the whole cache.
+activations, run.c's names ``x, xb, xb2, hb, hb2, q, k, v, att, logits``, each with ``max_block``
+rows). This module fills them and offers the Python API; the computation lives beside it:
+``forward.pyx`` (the one forward: n >= 1 known tokens, each weight read once per pass; decode is a
+pass of one row), ``generate.pyx`` (run.c's token loop), ``observer.pyx`` (what a pass reports of
+its stages to whoever observes it: the diff's capture, the tracer) and ``nonfinite.pyx`` (where NaN
+or Inf first appeared). The engine never stores keys or values: the plugin (``attend_c``) owns the
+whole cache.
 """
 
 from libc.stdint cimport int32_t
 from libc.stdlib cimport malloc, calloc, free
-from cpython.ref cimport PyObject
 
 import numpy as np
 
@@ -22,26 +21,28 @@ from pyllama.kernels.aligned import zeros_aligned
 from pyllama.errors import PositionError
 
 from pyllama.attention.base cimport Attention
-from pyllama.engine.block cimport forward_block
-from pyllama.kernels.threads cimport block_team_start
-from pyllama.engine.capture cimport bind_capture, bind_ledger
-from pyllama.engine.forward cimport forward
+from pyllama.engine.forward cimport forward, forward_block
 from pyllama.engine.generate cimport generate
+from pyllama.engine.observer cimport EngineObserver
+from pyllama.kernels.threads cimport block_team_start
 from pyllama.engine.state cimport Config, LayerPtrs, RopeTables, RunState
 from pyllama.kernels.elementwise cimport arithmetic_of
 from pyllama.kernels.matvec cimport matrix_of, quant_scratch
 from pyllama.kernels.rope cimport rope_spec_of, rope_row
 from pyllama.sampler cimport Sampler
 
-# Positions whose RoPE rows are precomputed; later positions (plugins that run past the context)
-# compute their row on the fly with the same function, so the values are identical either way.
-DEF ROPE_TABLE_MAX = 1 << 15
-# Positions per block pass: 128 rows of activations keep every weight row's reuse in cache while the
-# block buffers stay small (stories110M: 6.2 MB; block_buffer_bytes() says how much exactly). 128
-# against 64 on an Intel AVX-512 machine, 2 threads, pp512: 42M F32 2,804-2,946 -> 3,136-3,450 tok/s,
-# 110M F32 940-1,006 -> 1,026-1,140, Q8_0 level or better; any block size gives the same bits.
-DEF DEFAULT_BLOCK = 128
-BLOCK_BUFFERS = ("bx", "bxb", "bxb2", "bhb", "bhb2", "bq", "bk", "bv", "batt")
+cdef enum:
+    # Positions whose RoPE rows are precomputed; later positions (plugins that run past the context)
+    # compute their row on the fly with the same function, so the values are identical either way.
+    ROPE_TABLE_MAX = 1 << 15
+    # Rows per pass: 128 rows of activations keep every weight row's reuse in cache while the buffers
+    # stay small (stories110M: 6.2 MB; block_buffer_bytes() says how much exactly); 128 against 64 on
+    # an Intel AVX-512 machine, 2 threads, pp512: 42M F32 2,804-2,946 -> 3,136-3,450 tok/s, 110M F32
+    # 940-1,006 -> 1,026-1,140, Q8_0 level or better; any block size gives the same bits.
+    DEFAULT_BLOCK = 128
+
+# the buffers of max_block rows (block_buffer_bytes counts them with the quantised inputs)
+ROW_BUFFERS = ("x", "xb", "xb2", "hb", "hb2", "q", "k", "v", "att", "q_pre")
 
 
 cdef inline const float* vector_ptr(object array):
@@ -56,13 +57,10 @@ cdef class Engine:
         self.t.state.rope.cos = NULL
         self.t.state.rope.sin = NULL
         self.t.state.rope.scratch = NULL
-        self.t.capture.attention = NULL
-        self.t.capture.hidden = NULL
-        self.t.capture.rows = 0
-        self.t.capture.skip_logits = False
-        self.t.capture.ledger = NULL
-        self.t.tracer.on = False
-        self.t.tracer.callback = NULL
+        self.t.state.q_pre = NULL
+        self.t.observer.stage = NULL
+        self.t.observer.attended = NULL
+        self.t.observer.per_position = False
         self.t.state.nonfinite_layer = -1
         self.t.state.nonfinite_stage = 0
         self.t.state.nonfinite_position = 0
@@ -78,15 +76,14 @@ cdef class Engine:
         self.t.n_threads = max(1, n_threads)
         block_team_start(&self.t.blocks, self.t.n_threads)  # the block controller (threads.pyx), per engine
         self.t.per_position = self.per_position
-        self._tracer = None
+        self.observer = None
         self._fill_config(config)
         self._bind_weights(weights)
-        self._allocate_state()
+        self._allocate_state(bool(getattr(attention, "wants_pre_rope_query", False)))
         # the plugin: shapes, threads and the engine's buffers first, then its own allocation
         pool = Pool(self.t.n_threads)
-        block = tuple(self._buffers[n] for n in ("bq", "bk", "bv", "batt"))
-        attention._configure(config, pool, self._buffers["q"], self._buffers["k"], self._buffers["v"],
-                             self._buffers["att_out"], block=block)
+        rows = tuple(self._buffers[n] for n in ("q", "k", "v", "att"))
+        attention._configure(config, pool, rows, self._buffers.get("q_pre"))
         attention.init(config, pool)
         self._rope_tables(config, attention.max_positions)
 
@@ -130,42 +127,37 @@ cdef class Engine:
             lp.w3 = matrix_of(lw.w3)
         return 0
 
-    cdef int _allocate_state(self) except -1:
-        """The activations, allocated once (numpy owns the memory; RunState keeps raw pointers)."""
+    cdef int _allocate_state(self, bint pre_rope) except -1:
+        """The activations, max_block rows each, allocated once (numpy owns the memory; RunState keeps
+        raw pointers). ``pre_rope``: also a copy of the queries before RoPE, for a plugin that asks."""
         cdef RunState* s = &self.t.state
         cdef Config c = self.t.config
-        widest = max(c.dim, c.hidden_dim, c.q_dim)
         B = self.max_block
-        one = {
-            "x": c.dim, "xb": widest, "xb2": c.dim, "hb": c.hidden_dim, "hb2": c.hidden_dim,
-            "q": c.q_dim, "k": c.kv_dim, "v": c.kv_dim, "att_out": c.q_dim, "logits": c.vocab_size,
+        widths = {
+            "x": c.dim, "xb": c.dim, "xb2": c.dim, "hb": c.hidden_dim, "hb2": c.hidden_dim,
+            "q": c.q_dim, "k": c.kv_dim, "v": c.kv_dim, "att": c.q_dim,
         }
-        block = {
-            "bx": c.dim, "bxb": c.dim, "bxb2": c.dim, "bhb": c.hidden_dim, "bhb2": c.hidden_dim,
-            "bq": c.q_dim, "bk": c.kv_dim, "bv": c.kv_dim, "batt": c.q_dim,
-        }
-        buffers = {name: zeros_aligned(n) for name, n in one.items()}
-        buffers.update({name: zeros_aligned((B, n)) for name, n in block.items()})
+        if pre_rope:
+            widths["q_pre"] = c.q_dim
+        buffers = {name: zeros_aligned((B, n)) for name, n in widths.items()}
+        buffers["logits"] = zeros_aligned(c.vocab_size)
         # the activation quantisation of the integer kernels: B vectors of the widest input
-        buffers["qscratch"] = quant_scratch(&s.qscratch, widest, B)
-        # per block row: the first layer whose residual stream held NaN/Inf (-1: none) and what went bad
-        buffers["block_bad"] = np.full(B, -1, dtype=np.int32)
-        buffers["block_stage"] = np.zeros(B, dtype=np.int32)
+        buffers["qscratch"] = quant_scratch(&s.qscratch, max(c.dim, c.hidden_dim, c.q_dim), B)
+        # per row: the first layer whose residual stream held NaN/Inf (-1: none) and what went bad
+        buffers["row_bad"] = np.full(B, -1, dtype=np.int32)
+        buffers["row_stage"] = np.zeros(B, dtype=np.int32)
         self._buffers = buffers
 
         def ptr(name):
-            return <size_t>buffers[name].ctypes.data
+            return <size_t>buffers[name].ctypes.data if name in buffers else 0
 
         s.x, s.xb, s.xb2 = <float*><size_t>ptr("x"), <float*><size_t>ptr("xb"), <float*><size_t>ptr("xb2")
         s.hb, s.hb2 = <float*><size_t>ptr("hb"), <float*><size_t>ptr("hb2")
         s.q, s.k, s.v = <float*><size_t>ptr("q"), <float*><size_t>ptr("k"), <float*><size_t>ptr("v")
-        s.att_out, s.logits = <float*><size_t>ptr("att_out"), <float*><size_t>ptr("logits")
-        s.bx, s.bxb, s.bxb2 = <float*><size_t>ptr("bx"), <float*><size_t>ptr("bxb"), <float*><size_t>ptr("bxb2")
-        s.bhb, s.bhb2 = <float*><size_t>ptr("bhb"), <float*><size_t>ptr("bhb2")
-        s.bq, s.bk, s.bv = <float*><size_t>ptr("bq"), <float*><size_t>ptr("bk"), <float*><size_t>ptr("bv")
-        s.batt = <float*><size_t>ptr("batt")
-        s.block_bad = <int*><size_t>ptr("block_bad")
-        s.block_stage = <int*><size_t>ptr("block_stage")
+        s.att, s.q_pre = <float*><size_t>ptr("att"), <float*><size_t>ptr("q_pre")
+        s.logits = <float*><size_t>ptr("logits")
+        s.row_bad = <int*><size_t>ptr("row_bad")
+        s.row_stage = <int*><size_t>ptr("row_stage")
         self.logits_view = buffers["logits"].view()
         self.logits_view.flags.writeable = False
         return 0
@@ -220,13 +212,13 @@ cdef class Engine:
     def block_nonfinite_layers(self):
         """int32[max_block], read-only: after ``forward_block``, row i's first layer whose residual
         stream held NaN or Inf (-1: none; the logits are checked by the caller)."""
-        view = self._buffers["block_bad"].view()
+        view = self._buffers["row_bad"].view()
         view.flags.writeable = False
         return view
 
     def block_buffer_bytes(self) -> int:
-        """Bytes of the block forward's buffers (activations and quantised inputs for max_block rows)."""
-        return int(sum(self._buffers[n].nbytes for n in BLOCK_BUFFERS)
+        """Bytes of the forward's buffers (activations and quantised inputs for max_block rows)."""
+        return int(sum(self._buffers[n].nbytes for n in ROW_BUFFERS if n in self._buffers)
                    + sum(a.nbytes for a in self._buffers["qscratch"]))
 
     def activation_addresses(self) -> dict:
@@ -234,41 +226,17 @@ cdef class Engine:
         return {name: int(buf.ctypes.data) for name, buf in self._buffers.items()
                 if getattr(buf, "dtype", None) == np.float32}
 
-    # ---- tracing, capture, ledger ----------------------------------------------------------------
-    @property
-    def tracer(self):
-        return self._tracer
-
-    @tracer.setter
-    def tracer(self, tracer):
-        self.set_tracer(tracer)
-
-    def set_tracer(self, tracer):
-        """Call ``tracer(name, values)`` with every intermediate tensor (llama.cpp's names), or None."""
-        self._tracer = tracer
-        self.t.tracer.on = tracer is not None
-        self.t.tracer.callback = <void*><PyObject*>tracer if tracer is not None else NULL
-
-    def set_capture(self, attention=None, hidden=None, bint logits=True):
-        """What each forward also hands out, for the diff harness (off by default; off, it costs a NULL
-        test per layer): ``attention`` float32[n_layers, q_dim] receives every layer's attention
-        output (the plugin's ``out``); ``hidden`` float32[dim] the final normed hidden state. With
-        ``logits=False`` the classifier is skipped: the caller computes the logits from ``hidden``
-        (teacher forcing multiplies a block of positions at once, with the same arithmetic).
-
-        For ``forward_block`` give one row per position: attention [rows, n_layers, q_dim] and hidden
-        [rows, dim] (the block's i-th position in row i; ``forward`` writes row 0)."""
-        self._capture_bufs = None
-        bind_capture(&self.t.capture, &self.t.config, attention, hidden, logits)
-        self._capture_bufs = (attention, hidden)
-
-    def set_ledger(self, ledger=None):
-        """With ``ledger`` int64[max_block] given, ``forward_block`` writes into ledger[i] the plugin's
-        ``memory_bytes()`` as it is after position pos + i (what a per-position run would report
-        after that position), for the diff's memory column. None: off (the default)."""
-        self._ledger_buf = None
-        bind_ledger(&self.t.capture, &self.t.config, ledger)
-        self._ledger_buf = ledger
+    # ---- observing --------------------------------------------------------------------------------
+    def set_observer(self, EngineObserver observer=None):
+        """Report every pass's stages to ``observer`` (observer.pyx: the diff's capture and ledger, a
+        tracer), or to nobody (None, the default: a pass then pays one NULL test per stage)."""
+        self.observer = observer
+        if observer is None:
+            self.t.observer.stage = NULL
+            self.t.observer.attended = NULL
+            self.t.observer.per_position = False
+        else:
+            self.t.observer = observer.hooks
 
     # ---- running ---------------------------------------------------------------------------------
     def _check(self, int token, long long pos):
@@ -284,48 +252,45 @@ cdef class Engine:
         self.attention.reset()
 
     def forward(self, int token, long long pos):
-        """Logits for ``token`` at ``pos``: a read-only view of the engine's buffer, overwritten by the next call."""
+        """Logits for ``token`` at ``pos``: a read-only view of the engine's buffer, overwritten by the
+        next call. A pass of one row, as decode runs it."""
         self._check(token, pos)
-        if self.attention.native and not self.t.tracer.on:
+        if self.attention.native:
             with nogil:
                 forward(&self.t, self.attention, token, pos)
         else:
             forward(&self.t, self.attention, token, pos)
         return self.logits_view
 
-    def forward_block(self, const int32_t[::1] tokens, long long pos, float[:, ::1] logits=None):
-        """Run ``tokens`` at positions pos, pos + 1, ... (any number, in passes of max_block).
+    def forward_block(self, const int32_t[::1] tokens, long long pos, float[:, ::1] logits=None,
+                      bint classify=True):
+        """Run ``tokens`` at positions pos, pos + 1, ... (any number, in passes of max_block rows).
 
         ``logits`` float32[len(tokens), vocab]: receives every position's logits. Without it, the
         last position's logits are in the read-only view this returns (as ``forward``). Bit-identical
-        to one ``forward`` per token. Capture buffers (``set_capture``) and a ledger (``set_ledger``)
-        need len(tokens) <= max_block and as many rows."""
+        to one ``forward`` per token. ``classify=False`` skips the classifier (the caller reads the
+        final hidden state from an observer and applies it itself)."""
         cdef Py_ssize_t n = tokens.shape[0]
         cdef Py_ssize_t i, c, m
         cdef float* out
-        cdef bint classify
-        cdef Py_ssize_t rows = self.t.capture.rows
+        cdef bint last_only
         if n < 1:
             raise ValueError("forward_block needs at least one token")
         if logits is not None and (logits.shape[0] < n or logits.shape[1] != self.t.config.vocab_size):
             raise ValueError(f"forward_block: logits must be float32 [{n}, {self.t.config.vocab_size}], "
                              f"got [{logits.shape[0]}, {logits.shape[1]}]")
-        capturing = self.t.capture.attention != NULL or self.t.capture.hidden != NULL or self.t.capture.ledger != NULL
-        if capturing and (n > self.max_block or (n > rows and rows > 0)):
-            raise ValueError(f"forward_block: {n} positions, but the capture buffers and ledger hold "
-                             f"{min(self.max_block, rows or self.max_block)}")
         for i in range(n):
             self._check(tokens[i], pos + i)
-        cdef bint fast = self.attention.native and not self.t.tracer.on
+        cdef bint fast = self.attention.native
         for c in range(0, n, self.max_block):
             m = min(self.max_block, n - c)
             out = NULL if logits is None else &logits[c, 0]
-            classify = out != NULL or c + m == n  # without logits, only the last block's are read
+            last_only = classify and (out != NULL or c + m == n)  # without logits, only the last pass's are read
             if fast:
                 with nogil:
-                    forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, classify)
+                    forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, last_only)
             else:
-                forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, classify)
+                forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, last_only)
         return self.logits_view
 
     def generate_into(self, const int32_t[::1] prompt, long long steps, Sampler sampler, int32_t[::1] out,

@@ -1,7 +1,7 @@
 """run.c's generation loop, with the prompt run in blocks (``Engine.generate_into`` documents it).
 
-``generate`` resets the plugin, runs the known positions (the prompt) as blocks of positions
-(block.pyx: the same logits as one forward each), then ``decode`` runs one position per token:
+``generate`` resets the plugin, runs the known positions (the prompt) as passes of up to max_block
+rows (forward.pyx: the same logits as one pass per position), then ``decode`` runs one position per token:
 forward, the non-finite check, the next token (forced from the prompt, else sampled), the stop
 test. With ``on_token=None`` and a native plugin the loop allocates nothing and never takes the GIL
 inside a forward.
@@ -13,8 +13,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from pyllama.errors import NonFiniteError
 
 from pyllama.attention.base cimport Attention
-from pyllama.engine.block cimport forward_block
-from pyllama.engine.forward cimport forward
+from pyllama.engine.forward cimport forward, forward_block
 from pyllama.engine.state cimport Transformer
 from pyllama.kernels.finite cimport all_finite
 from pyllama.kernels.threads cimport DecodeTeam, decode_start, token_start, token_end, decode_finish
@@ -137,7 +136,7 @@ cdef tuple generate(Transformer* t, Attention attention, const int32_t[::1] prom
     loop.stop_token = -1
     loop.pos = 0
     loop.n_known = known_positions(&loop)
-    cdef bint fast = attention.native and not t.tracer.on and on_token is None
+    cdef bint fast = attention.native and on_token is None
     attention.reset()  # a new sequence from position 0 (plugins take positions in order)
     cdef double start = now_seconds()
     run_prompt(t, attention, &loop, fast)

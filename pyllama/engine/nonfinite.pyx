@@ -2,8 +2,8 @@
 OR over integer tests: cheap enough for every token); on the first bad layer these functions find
 which of that layer's outputs went bad first, so the error can name the layer and the stage.
 
-One position writes ``RunState.nonfinite_*``; a block writes ``block_bad``/``block_stage`` per row
-and then reports its earliest bad row in ``nonfinite_*``.
+A pass writes ``row_bad``/``row_stage`` per row and then reports its earliest bad row in
+``nonfinite_*``.
 """
 
 from pyllama.engine.state cimport (
@@ -24,35 +24,29 @@ cdef int nonfinite_stage_of(const float* q, const float* k, const float* v, cons
     return NONFINITE_FFN
 
 
-cdef void locate_nonfinite(RunState* s, const Config* c, int li) noexcept nogil:
-    # layer li's buffers still hold its q, k, v and attention output: which one went bad first
-    s.nonfinite_layer = li
-    s.nonfinite_stage = nonfinite_stage_of(s.q, s.k, s.v, s.att_out, s.xb2, c.q_dim, c.kv_dim, c.dim)
-
-
-cdef void check_block_rows(RunState* s, const Config* c, int li, Py_ssize_t n) noexcept nogil:
-    # after layer li (-1: the embedding) of a block: the rows whose residual stream just went bad
+cdef void check_rows(RunState* s, const Config* c, int li, Py_ssize_t n) noexcept nogil:
+    # after layer li (-1: the embedding) of a pass: the rows whose residual stream just went bad
     cdef Py_ssize_t i
     for i in range(n):
-        if s.block_bad[i] >= 0 or all_finite(s.bx + i * c.dim, c.dim):
+        if s.row_bad[i] >= 0 or all_finite(s.x + i * c.dim, c.dim):
             continue
         if li < 0:
-            s.block_bad[i] = 0
-            s.block_stage[i] = NONFINITE_EMBEDDING
+            s.row_bad[i] = 0
+            s.row_stage[i] = NONFINITE_EMBEDDING
         else:
-            s.block_bad[i] = li
-            s.block_stage[i] = nonfinite_stage_of(
-                s.bq + i * c.q_dim, s.bk + i * c.kv_dim, s.bv + i * c.kv_dim,
-                s.batt + i * c.q_dim, s.bxb2 + i * c.dim, c.q_dim, c.kv_dim, c.dim)
+            s.row_bad[i] = li
+            s.row_stage[i] = nonfinite_stage_of(
+                s.q + i * c.q_dim, s.k + i * c.kv_dim, s.v + i * c.kv_dim,
+                s.att + i * c.q_dim, s.xb2 + i * c.dim, c.q_dim, c.kv_dim, c.dim)
 
 
 cdef void first_bad_row(RunState* s, Py_ssize_t n, long long pos) noexcept nogil:
-    # the engine's nonfinite_* from a block's rows: the earliest position that went bad
+    # the engine's nonfinite_* from a pass's rows: the earliest position that went bad
     cdef Py_ssize_t i
     s.nonfinite_layer = -1
     for i in range(n):
-        if s.block_bad[i] >= 0:
-            s.nonfinite_layer = s.block_bad[i]
-            s.nonfinite_stage = s.block_stage[i]
+        if s.row_bad[i] >= 0:
+            s.nonfinite_layer = s.row_bad[i]
+            s.nonfinite_stage = s.row_stage[i]
             s.nonfinite_position = pos + i
             return

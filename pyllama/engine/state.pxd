@@ -1,9 +1,10 @@
 # The engine's data, in llama2.c run.c's shape: Config (shapes, never change), TransformerWeights
 # (read-only pointers into the mapped file, each with its shape), RunState (the buffers forward
-# overwrites), plus what a forward hands out on request (Capture) and the tracer hook (Tracer).
-# core.pyx fills them once, when a model is bound to a plugin; forward.pyx, block.pyx and
-# generate.pyx only read Config and TransformerWeights and write RunState.
+# overwrites), plus the observer that a forward reports its stages to (observer.pxd). core.pyx fills
+# them once, when a model is bound to a plugin; forward.pyx and generate.pyx only read Config and
+# TransformerWeights and write RunState.
 
+from pyllama.engine.observer cimport Observer
 from pyllama.kernels.matvec cimport Matrix, QuantScratch
 from pyllama.kernels.rope cimport RopeSpec
 from pyllama.kernels.threads cimport DecodeTeam
@@ -29,7 +30,7 @@ cdef struct Config:
     int vocab_size
     float eps                  # rmsnorm epsilon
     int arithmetic             # whose rmsnorm/SwiGLU rounding: ARITH_RUNC or ARITH_GGML (kernels/elementwise.pxd)
-    int max_block              # most positions one block pass takes
+    int max_block              # most positions one pass takes
 
 cdef struct LayerPtrs:
     const float* attn_norm     # [dim]
@@ -59,53 +60,32 @@ cdef struct RopeTables:
     float* scratch             # [2, n_rot / 2]: cos and sin of a position past the table
 
 cdef struct RunState:
-    # one position (forward.pyx): run.c's names
-    float* x                   # [dim] the residual stream
-    float* xb                  # [max(dim, hidden_dim, q_dim)] normed input of a product
-    float* xb2                 # [dim] the attention block's output (Wo)
-    float* hb                  # [hidden_dim] w1 x, then silu(w1 x) * w3 x
-    float* hb2                 # [hidden_dim] w3 x
-    float* q                   # [q_dim]
-    float* k                   # [kv_dim]
-    float* v                   # [kv_dim]
-    float* att_out             # [q_dim] the plugin's attention output
-    float* logits              # [vocab_size]
-    # a block of positions (block.pyx), [max_block, width] each
-    float* bx                  # dim
-    float* bxb                 # dim
-    float* bxb2                # dim
-    float* bhb                 # hidden_dim
-    float* bhb2                # hidden_dim
-    float* bq                  # q_dim
-    float* bk                  # kv_dim
-    float* bv                  # kv_dim
-    float* batt                # q_dim
+    # run.c's names, each [max_block, width]: row i is position pos + i of the pass (decode: row 0)
+    float* x                   # dim: the residual stream
+    float* xb                  # dim: the normed input of a product, then the FFN's output
+    float* xb2                 # dim: the attention block's output (Wo)
+    float* hb                  # hidden_dim: w1 x, then silu(w1 x) * w3 x
+    float* hb2                 # hidden_dim: w3 x
+    float* q                   # q_dim
+    float* k                   # kv_dim
+    float* v                   # kv_dim
+    float* att                 # q_dim: the plugin's attention output
+    float* q_pre               # q_dim, or NULL: the queries before RoPE, for a plugin that asks for them
+    float* logits              # [vocab_size]: the last row's logits (a pass without a logits buffer)
     QuantScratch qscratch      # the integer kernels' quantised activations, max_block rows
     RopeTables rope
     # non-finite detection (nonfinite.pyx)
-    int nonfinite_layer        # -1, or the first layer whose output held NaN/Inf (last forward)
+    int nonfinite_layer        # -1, or the first layer whose output held NaN/Inf (last pass: its earliest bad row)
     int nonfinite_stage        # NONFINITE_*: what of that layer went bad first
-    long long nonfinite_position  # the position of nonfinite_layer (a block: its earliest bad row)
-    int* block_bad             # [max_block]: each block row's first non-finite layer, -1: none
-    int* block_stage           # [max_block]: NONFINITE_* of that row
-
-cdef struct Capture:
-    float* attention           # NULL, or [rows, n_layers, q_dim]: each layer's attention output
-    float* hidden              # NULL, or [rows, dim]: the final normed hidden state
-    Py_ssize_t rows            # positions the capture buffers hold (a block's row i: position pos + i)
-    bint skip_logits           # the caller applies the classifier itself
-    long long* ledger          # NULL, or [max_block]: memory_bytes() after each position of a block
-
-cdef struct Tracer:
-    bint on
-    void* callback             # borrowed: the Engine holds the callable tracer(name, values)
+    long long nonfinite_position  # the position of that row
+    int* row_bad               # [max_block]: each row's first non-finite layer, -1: none
+    int* row_stage             # [max_block]: NONFINITE_* of that row
 
 cdef struct Transformer:
     Config config
     TransformerWeights weights
     RunState state
-    Capture capture
-    Tracer tracer
+    Observer observer          # what a pass reports its stages to (observer.pxd); stage NULL: nobody
     int n_threads
-    bint per_position          # the plugin's per_position_order: blocks run position by position
-    DecodeTeam blocks          # picks 1 or n_threads per block from their times (threads.pyx)
+    bint per_position          # the plugin's per_position_order: passes of one row each
+    DecodeTeam blocks          # picks 1 or n_threads per pass of several rows from their times (threads.pyx)

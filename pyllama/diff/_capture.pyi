@@ -1,0 +1,17 @@
+import numpy as np
+
+from pyllama.attention.base import Attention
+from pyllama.config import ModelConfig
+from pyllama.engine.observer import EngineObserver
+
+class DiffCapture(EngineObserver):
+    def __init__(
+        self,
+        plugin: Attention,
+        config: ModelConfig,
+        attention: np.ndarray | None = None,
+        hidden: np.ndarray | None = None,
+        ledger: np.ndarray | None = None,
+        label: str = "",
+    ) -> None: ...
+    def begin(self, start: int) -> None: ...
