@@ -141,6 +141,14 @@ def test_scissorhands_breaks_equal_counts_by_age():
     assert held_lists(scissorhands(q, k, v, Knobs(capacity=2), history=4))[-1] == [2, 3]
 
 
+def test_scissorhands_counts_only_weights_strictly_below_uniform():
+    # queries 0 until t=2: weights exactly 1/n, never below it. t=3 weights 3 3 1 1 /8 vs 1/4: p2 (and
+    # the protected p3) are low -> p2 goes. (Counting "at or below" would give p0 3, p1 2, p2 2: p0 goes.)
+    q, k, v = log_keys([3, 3, 1, 1])
+    q[:3] = 0.0
+    assert held_lists(scissorhands(q, k, v, Knobs(capacity=3, window=1), history=4))[3] == [0, 1, 3]
+
+
 @pytest.mark.parametrize(
     "kernel, pool, held",
     [
@@ -291,15 +299,18 @@ def test_random_eviction_is_seeded():
 
 # ---- grouped-query attention --------------------------------------------------------------------------
 def test_group_scores_are_the_mean_over_the_query_heads():
-    # one KV head, two query heads: head 0 weighs a = 1 10 4 1 (/16), head 1 weighs b = 1 1 4 1 (/7).
-    # means: p1 (.625 + .143)/2 = .384, p2 (.25 + .571)/2 = .411 -> p2. (The max, or head 0 alone, keeps p1.)
-    a, b = np.array([1, 10, 4, 1.0]), np.array([1, 1, 4, 1.0])
-    k = np.stack([np.log(a), np.log(b)], axis=1).astype(np.float32).reshape(4, 1, 2)
-    q = np.zeros((4, 2, 2), np.float32)
-    q[:, 0, 0] = q[:, 1, 1] = math.sqrt(2)  # q.k / sqrt(2) = ln a (head 0), ln b (head 1)
-    trace = snapkv(q, k, k.copy(), Knobs(capacity=2, window=1), 3, kernel=1)
-    assert held_lists(trace)[3] == [2, 3]
-    assert held_lists(snapkv(q[:, :1], k, k.copy(), Knobs(capacity=2, window=1), 3, kernel=1))[3] == [1, 3]
+    # one KV head, two query heads; keys (ln w0, ln w1) and queries sqrt(2) e_h give head h the weights w_h.
+    # candidates p0..p4 (w0, w1) = (.02 .22) (.13 .13) (.22 .03) (.001 .30) (.30 .001); p5 (protected)
+    # takes the rest. The group mean (.12 .13 .125 .15 .15) evicts p0; the max (.22 .13 .22 .30 .30)
+    # would evict p1, head 0 alone p3, head 1 alone p4
+    w0 = np.array([0.02, 0.13, 0.22, 0.001, 0.30, 0.329])
+    w1 = np.array([0.22, 0.13, 0.03, 0.30, 0.001, 0.319])
+    k = np.stack([np.log(w0), np.log(w1)], axis=1).astype(np.float32).reshape(6, 1, 2)
+    q = np.zeros((6, 2, 2), np.float32)
+    q[:, 0, 0] = q[:, 1, 1] = math.sqrt(2)
+    assert held_lists(snapkv(q, k, k.copy(), Knobs(capacity=5, window=1), 5, kernel=1))[5] == [1, 2, 3, 4, 5]
+    assert held_lists(tova(q, k, k.copy(), Knobs(capacity=5, window=1)))[5] == [1, 2, 3, 4, 5]
+    assert held_lists(tova(q[:, :1], k, k.copy(), Knobs(capacity=5, window=1)))[5] == [0, 1, 2, 4, 5]
 
 
 @pytest.mark.parametrize(
