@@ -135,25 +135,27 @@ def protected(rows: np.ndarray, t: int, sinks: int, window: int) -> np.ndarray:
     return (rows < sinks) | (rows > t - window)
 
 
-def _near(scores: np.ndarray, boundary: list[float]) -> np.ndarray:
+def _near(scores: np.ndarray, order: np.ndarray, n_evict: int) -> np.ndarray:
+    """Candidates a float32 ranking may put on the other side: evicted ones within NEAR_THRESHOLD of the
+    lowest kept score, kept ones within it of the highest evicted score (exact ties included)."""
     mask = np.zeros(len(scores), dtype=bool)
-    for b in boundary:
-        mask |= np.abs(scores - b) <= NEAR_THRESHOLD * max(abs(b), 1e-300)
+    if 0 < n_evict < len(order):
+        evicted_top, kept_bottom = scores[order[n_evict - 1]], scores[order[n_evict]]
+        evicted, kept = order[:n_evict], order[n_evict:]
+        mask[evicted] = scores[evicted] >= kept_bottom - NEAR_THRESHOLD * abs(kept_bottom)
+        mask[kept] = scores[kept] <= evicted_top + NEAR_THRESHOLD * abs(evicted_top)
     return mask
 
 
 def keep_highest(rows: np.ndarray, scores: np.ndarray, keep: np.ndarray, target: int) -> tuple[np.ndarray, np.ndarray]:
     """The protected rows plus the ``target - protected`` candidates ranked highest by (score, position);
-    and the candidates whose score is within NEAR_THRESHOLD of the last kept or first evicted score."""
+    and the candidates near the boundary (see _near)."""
     positions, cand_scores = rows[~keep], scores[~keep]
     n_keep = min(max(target - int(keep.sum()), 0), len(positions))
     order = np.lexsort((positions, cand_scores))  # eviction order: lowest score first, older first
     n_evict = len(order) - n_keep
     kept = positions[order[n_evict:]]
-    near = _EMPTY
-    if 0 < n_evict:
-        boundary = [cand_scores[order[n_evict - 1]]] + ([cand_scores[order[n_evict]]] if n_keep else [])
-        near = np.sort(positions[_near(cand_scores, boundary)])
+    near = np.sort(positions[_near(cand_scores, order, n_evict)])
     return np.sort(np.concatenate([rows[keep], kept])), near
 
 
@@ -212,7 +214,12 @@ def scissorhands(q: np.ndarray, k: np.ndarray, v: np.ndarray, knobs: Knobs, hist
         rows = [np.append(h, t) for h in held]
         weights, trace.out[t] = attend(q[t], k, v, rows)
         means = [group_mean(weights, g, group) for g in range(n_kv)]
-        past.append([(r, m < 1.0 / len(r), _near(m, [1.0 / len(r)])) for r, m in zip(rows, means, strict=True)])
+        past.append(
+            [
+                (r, m < 1.0 / len(r), np.abs(m - 1.0 / len(r)) <= NEAR_THRESHOLD / len(r))
+                for r, m in zip(rows, means, strict=True)
+            ]
+        )
         target = knobs.target(t + 1)
         window = knobs.window_for(target)
         held, near = [], []
@@ -227,10 +234,9 @@ def scissorhands(q: np.ndarray, k: np.ndarray, v: np.ndarray, knobs: Knobs, hist
                 count[seen] += unimportant[at[seen]]
                 flagged_near[seen] |= close[at[seen]]
             keep = protected(rows[g], t, knobs.sinks, window)
-            kept, close = keep_highest(rows[g], -count, keep, target)
+            kept, _ = keep_highest(rows[g], -count, keep, target)  # integer counts: exact ties are exact
             held.append(kept)
-            evicting = len(kept) < len(rows[g])
-            near.append(np.union1d(close, rows[g][flagged_near & ~keep]) if evicting else _EMPTY)
+            near.append(rows[g][flagged_near & ~keep] if len(kept) < len(rows[g]) else _EMPTY)
         trace.record(rows, held, near)
     return trace
 
@@ -525,10 +531,7 @@ def adakv(q, k, v, knobs: Knobs, context_end: int | None, scorer: Scorer, alpha:
         order = np.lexsort((heads, positions, pooled))
         evicted = np.zeros(len(pooled), dtype=bool)
         evicted[order[:n_evict]] = True
-        near_mask = np.zeros(len(pooled), dtype=bool)
-        if 0 < n_evict:
-            boundary = [pooled[order[n_evict - 1]]] + ([pooled[order[n_evict]]] if n_evict < len(order) else [])
-            near_mask = _near(pooled, boundary)
+        near_mask = _near(pooled, order, n_evict)
         held = [np.setdiff1d(r, positions[evicted & (heads == g)]) for g, r in enumerate(rows)]
         near = [np.sort(positions[near_mask & (heads == g)]) for g in range(len(rows))]
         return held, near

@@ -102,6 +102,7 @@ def test_h2o_keeps_the_window_and_the_largest_received_totals():
     trace = h2o(q, k, v, Knobs(capacity=3, window=1))
     assert held_lists(trace) == [[0], [0, 1], [0, 1, 2], [0, 2, 3], [0, 2, 4]]
     assert [a[0].tolist() for a in trace.attended][3:] == [[0, 1, 2, 3], [0, 2, 3, 4]]
+    assert all(step[0].size == 0 for step in trace.near)  # no score within 1e-5 of the boundary
 
 
 def test_h2o_window_half_is_half_the_target():
@@ -118,6 +119,14 @@ def test_tova_evicts_the_lowest_current_weight_and_the_older_of_equals():
     trace = tova(q, k, v, Knobs(capacity=3))
     assert held_lists(trace) == [[0], [0, 1], [0, 1, 2], [0, 2, 3], [0, 2, 4]]
     assert [n[0].tolist() for n in trace.near][3:] == [[1, 3], [3, 4]]  # the exact ties are flagged
+
+
+def test_near_flags_both_sides_of_a_boundary_closer_than_the_threshold():
+    # t=3 weights 4 1 2 1.000001 (/8.000001): p1 goes, p3 stays 1e-6 above it; both are flagged
+    q, k, v = log_keys([4, 1, 2, 1.000001, 8])
+    trace = tova(q, k, v, Knobs(capacity=3))
+    assert held_lists(trace)[3] == [0, 2, 3] and trace.near[3][0].tolist() == [1, 3]
+    assert trace.near[4][0].tolist() == []  # t=4: p3 (1/15) goes far below p2 (2/15)
 
 
 def test_tova_evicts_the_current_position_when_it_is_the_lowest():
