@@ -7,11 +7,12 @@ from collections.abc import Callable
 
 from pyllama.diff.probes import is_probe_name
 from pyllama.options import check_threads
+from pyllama.outputs import check_outputs
 from pyllama.sweep.cell import run_cell
 from pyllama.sweep.cluster import THREADS_NAME, check_cluster_threads, cluster_client, local_size, scheduler_address
 from pyllama.sweep.plan import Plan, plan_study
 from pyllama.sweep.study import Study, load_study
-from pyllama.sweep.table import RowStore
+from pyllama.sweep.table import RowStore, output_files
 
 __all__ = ["run", "dry_run"]
 
@@ -46,9 +47,13 @@ def run(
     and ``results.csv``; None keeps the rows in memory only. ``scheduler``: a Dask scheduler address
     (default ``DASK_SCHEDULER_ADDRESS``, else a LocalCluster sized to the machine); ``client``: an
     existing ``distributed.Client`` instead. ``resume``: skip cells already in ``out``'s table.
-    Threads per cell beyond the engine's limit (on this machine, or on the cluster's smallest worker)
-    and a malformed or unreachable scheduler are refused with InputError before any work.
+    Threads per cell beyond the engine's limit (on this machine, or on the cluster's smallest worker),
+    a malformed or unreachable scheduler, and an output in ``out`` that is one of the study's files
+    are refused with InputError before any work.
     """
+    if not isinstance(study, Study):
+        study = load_study(study)
+    check_outputs(study.input_files(), output_files(out, per_position))
     if client is None and scheduler_address(scheduler):
         # a remote scheduler is reached (or refused) before planning, which may measure budgets
         with cluster_client(scheduler, workers, threads_per_cell) as (remote, threads):
