@@ -12,9 +12,9 @@ from pyllama.sweep.cell import run_cell
 from pyllama.sweep.cluster import THREADS_NAME, check_cluster_threads, cluster_client, local_size, scheduler_address
 from pyllama.sweep.plan import Plan, plan_study
 from pyllama.sweep.study import Study, load_study
-from pyllama.sweep.table import RowStore, output_files
+from pyllama.sweep.table import ROWS, RowStore, output_files
 
-__all__ = ["run", "dry_run"]
+__all__ = ["SweepInterrupted", "run", "dry_run"]
 
 # run_cell turns the diff's own failures into rows, so a task fails only outside it (a worker out of
 # memory, a result that cannot be sent); a cell whose worker dies is rescheduled by Dask on its own,
@@ -69,13 +69,31 @@ def run(
     plan = _plan(study, threads_per_cell or 1)
     store = RowStore(out, resume=resume)
     todo = [c for c in plan.cells if not store.done(c.key)]
-    if todo:
-        if client is not None:
+    try:
+        if todo and client is not None:
             _gather(client, todo, threads_per_cell or 1, per_position, retries, store, progress, on_row)
-        else:
+        elif todo:
             with cluster_client(None, workers, threads_per_cell) as (local, threads):
                 _gather(local, todo, threads, per_position, retries, store, progress, on_row)
+    except KeyboardInterrupt:
+        raise SweepInterrupted.of(plan, store) from None
     return store.write([c.key for c in plan.cells], per_position=per_position)
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep, after its cells were cancelled: what finished, where it is kept, and
+    how to run the rest (the message; ``pyllama sweep`` prints it as its one line)."""
+
+    @classmethod
+    def of(cls, plan: Plan, store: RowStore) -> SweepInterrupted:
+        total = len(plan.cells)
+        done = sum(store.done(c.key) for c in plan.cells)
+        if store.out is None:
+            return cls(f"{done} of {total} cells finished")
+        return cls(
+            f"{done} of {total} cells finished (kept in {store.out / ROWS}); "
+            f"run the same command with --resume to run the other {total - done}"
+        )
 
 
 def _gather(client, cells, threads, per_position, retries, store, progress, on_row) -> None:
