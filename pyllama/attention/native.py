@@ -111,6 +111,8 @@ def build_pyx(path: Path, label: str, cache: Path | None = None) -> Path:
         shutil.copy(pxd, work / pxd.name)
     include = str(Path(__file__).resolve().parents[2])  # the folder holding the pyllama package
     settings = json.dumps({"compile_args": cfg.compile_args, "link_args": cfg.link_args, "directives": cfg.directives})
+    # the build is silent and slow: say once why nothing happens for a while (a cached build says nothing)
+    print(f"compiling {path.name} (first use; later runs load the cached build)...", file=sys.stderr, flush=True)
     proc = subprocess.run(
         [sys.executable, "-c", _BUILD, f"{module}.pyx", include, settings],
         cwd=work,

@@ -1,7 +1,8 @@
 """``pyllama chat``: one turn with an instruct model, its prompt rendered from the file's own template.
 
 A command of the ``pyllama`` CLI (registered by ``pyllama.cli``); the rendering is ``pyllama.chat``'s.
-Its sampling options are generate's (``shared.py``), with chat's own defaults (greedy, the context).
+Its sampling options are generate's (``shared.py``), with chat's own defaults (greedy, a reply of at
+most 256 tokens).
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ from pyllama.errors import InputError
     default=None,
     help="A Jinja chat template file to use instead of the model's tokenizer.chat_template.",
 )
-@steps_option(0, "Positions to run, prompt included; 0 = the model's context. An end-of-turn token stops earlier.")
+@steps_option(
+    None,
+    "Positions to run, prompt included; 0 = the model's context. Default: the prompt and 256 new tokens. "
+    "An end-of-turn token stops earlier.",
+)
 @temperature_option(0.0)
 @topp_option
 @seed_option

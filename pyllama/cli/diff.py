@@ -156,10 +156,15 @@ def diff(
     """
     from pyllama.diff.probes import Probe, probe_from_text
     from pyllama.model import Model
+    from pyllama.outputs import check_outputs, model_inputs, plugin_inputs, probe_inputs
 
     given = [x for x in (probe, text_file, prompt) if x is not None]
     if len(given) > 1:
         raise click.UsageError("give one of --probe, --text and -i/--prompt")
+    check_outputs(
+        {**model_inputs(checkpoint, tokenizer), **probe_inputs(text_file or probe), **plugin_inputs(a, b)},
+        {"--json": json_path, "--csv": csv_path, "--plot": plot_path},
+    )
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
     require_tokenizer(model, checkpoint)
     source: Probe | str

@@ -29,7 +29,7 @@ def info(checkpoint, as_json):
         "bytes": weights.file_bytes,
         "parameters": weights.parameter_count(),
         **config.describe(),
-        "tensor_types": sorted({t.qtype.name for t in weights.tensors()}),
+        "tensor_types": _tensor_types(weights),
     }
     if as_json:
         click.echo(json.dumps(facts))
@@ -41,6 +41,15 @@ def info(checkpoint, as_json):
         elif key == "norm_eps":  # a float32 in the file: its shortest float32 form (1e-05, not 9.99...e-06)
             value = str(np.float32(value))
         click.echo(f"{key:<{width}}  {value}")
+
+
+def _tensor_types(weights) -> list[str]:
+    """Every tensor type stored in the file, as gguf-py lists a GGUF's (the F32 norm vectors too)."""
+    listed = getattr(weights.source, "tensors", None)  # a GGUF's reader: every tensor the file holds
+    if listed is not None:
+        return sorted({t.tensor_type.name for t in listed})
+    # a llama2.c file: its matrices' type, and its norm vectors, which are float32 in every version
+    return sorted({t.qtype.name for t in weights.tensors()} | {"F32"})
 
 
 @click.command()

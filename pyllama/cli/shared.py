@@ -18,6 +18,8 @@ def _in_range(check):
     """A click callback running one of pyllama.options' checks (the Python API runs the same)."""
 
     def callback(ctx: click.Context, param: click.Parameter, value):
+        if value is None:  # not given, and the option's default is None: the command decides
+            return None
         try:
             return check(value, name="")
         except PyllamaError as exc:
@@ -62,13 +64,13 @@ attention_option = click.option(
 )
 
 
-def steps_option(default: int, help: str):
+def steps_option(default: int | None, help: str):
     return click.option(
         "-n",
         "--steps",
         type=int,
         default=default,
-        show_default=True,
+        show_default=default is not None,
         callback=_in_range(options.check_steps),
         help=help,
     )

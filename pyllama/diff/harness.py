@@ -44,6 +44,7 @@ from pyllama.diff.side_cache import SideCache, builtin_spec, model_fingerprint, 
 from pyllama.diff.sides import LiveSide, ReplaySide
 from pyllama.engine import Engine
 from pyllama.errors import InputError
+from pyllama.outputs import diff_inputs
 
 if TYPE_CHECKING:
     from pyllama.checkpoint.weights import Weights
@@ -134,6 +135,7 @@ def run_diff(
         replayed=[s for s, side in zip("AB", sides, strict=True) if side.replayed],
         seconds=time.perf_counter() - t_start,
         threads=total_threads,
+        inputs=diff_inputs(model_file, tokenizer, probe, a, b),
         **cols,
     )
 

@@ -24,6 +24,7 @@ import numpy as np
 from pyllama.diff.metrics import perplexity
 from pyllama.diff.report_text import _g, report_table
 from pyllama.diff.retrieval_scores import RetrievalRow, summarize
+from pyllama.outputs import check_outputs
 
 
 @dataclass
@@ -89,6 +90,7 @@ class DiffReport:
     replayed: list[str] = field(default_factory=list)  # "A"/"B": sides replayed from a recorded run
     seconds: float = 0.0
     threads: int = 1
+    inputs: dict[str, str] = field(default_factory=dict)  # the files the diff read: no writer replaces them
 
     # ---- derived per position -----------------------------------------------------------------
     @property
@@ -266,11 +268,13 @@ class DiffReport:
         }
 
     def to_json(self, path: str | os.PathLike) -> None:
+        check_outputs(self.inputs, {"DiffReport.to_json": path})
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_dict(), f, allow_nan=False, default=_jsonable)
             f.write("\n")
 
     def to_csv(self, path: str | os.PathLike) -> None:
+        check_outputs(self.inputs, {"DiffReport.to_csv": path})
         cols = self.columns()
         with open(path, "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
@@ -283,6 +287,8 @@ class DiffReport:
         """The overview figure (divergence, per-layer error, memory, recall); saved when ``path`` is given."""
         from pyllama.plots import report_figure
 
+        if path is not None:
+            check_outputs(self.inputs, {"DiffReport.plot": path})
         fig = report_figure(self)
         if path is not None:
             fig.savefig(path, dpi=120, bbox_inches="tight")

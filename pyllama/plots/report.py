@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
+from pyllama.plots.retrieval import mark_retrieval, retrieval_caption
 from pyllama.plots.style import (
     COLOR_A,
     COLOR_B,
@@ -24,7 +25,9 @@ if TYPE_CHECKING:
 
 
 def _title(report) -> str:
-    return f"{report.b} vs {report.a} — {report.probe} probe, {report.model.rsplit('/', 1)[-1]}"
+    title = f"{report.b} vs {report.a} — {report.probe} probe, {report.model.rsplit('/', 1)[-1]}"
+    caption = retrieval_caption(report)
+    return title if caption is None else f"{title}\n{caption}"
 
 
 def _draw_dlogit(ax, report) -> None:
@@ -34,6 +37,7 @@ def _draw_dlogit(ax, report) -> None:
     ax.set_ylabel("max |Δlogit|")
     ax.set_title("logit difference")
     _mark_first_diff(ax, report)
+    mark_retrieval(ax, report)
 
 
 def _draw_kl(ax, report) -> None:
@@ -44,6 +48,7 @@ def _draw_kl(ax, report) -> None:
     ax.set_yscale("symlog", linthresh=KL_LINTHRESH)
     ax.set_ylabel("KL(A ‖ B) [nats]")
     ax.set_title("KL divergence of the next-token distributions")
+    mark_retrieval(ax, report)
     ax.legend(loc="lower right", fontsize="small", frameon=False)
     _mark_first_diff(ax, report)
 

@@ -10,6 +10,9 @@ Sizes and addresses are checked before any work: threads per cell within the eng
 cluster), a LocalCluster's workers × threads within it too, and an address distributed can connect
 to as written (a malformed one would fail inside ``Client`` with a traceback).
 
+Ctrl-C stops a local cluster's sweep in its own process alone (``dask_setup``): the workers ignore
+it and are stopped with the cluster, so no worker prints a traceback.
+
 A worker's BLAS/OpenMP pools are pinned to the cell's thread count (environment for a LocalCluster's
 processes, and ``threadpoolctl`` inside each cell for any cluster). The cells are submitted with
 ``retries``: a cell whose worker dies is run again elsewhere by the scheduler.
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from contextlib import contextmanager
 
 from pyllama.errors import InputError
@@ -154,6 +159,7 @@ def cluster_client(
         scheduler_kwargs={"dashboard_address": LOOPBACK_ANY_PORT},  # its health routes: never a fixed port
         silence_logs=logging.ERROR,
         env=env,
+        preload=[__name__],  # dask_setup below, in each worker process
     )
     client = Client(cluster, set_as_default=False)
     try:
@@ -161,6 +167,15 @@ def cluster_client(
     finally:
         client.close()
         cluster.close()
+
+
+def dask_setup(worker) -> None:
+    """Run by each worker process of a local cluster as it starts (Dask's preload hook): Ctrl-C in
+    a terminal signals the whole process group, and a worker that took it would print its own
+    KeyboardInterrupt traceback. The sweep's own process takes it instead, cancels the cells and
+    closes the cluster, which stops the workers."""
+    if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _reason(exc: BaseException) -> str:

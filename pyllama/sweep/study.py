@@ -30,6 +30,7 @@ from typing import Any
 
 from pyllama.attention.registry import create_plugin, plugin_knobs, resolve_spec
 from pyllama.attention.spec import format_value
+from pyllama.diff.probes import is_probe_name
 from pyllama.errors import InputError, PyllamaError
 from pyllama.sweep.cell import one_line
 
@@ -95,6 +96,7 @@ class Study:
     budgets: list[int] = field(default_factory=list)
     source: str = "study"  # the file name, for messages
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths are relative to this
+    file: str | None = None  # the study file (None: a dict)
 
     def fail(self, entry: str, problem: str) -> StudyError:
         return StudyError(f"{self.source}: {entry}: {problem}")
@@ -109,6 +111,29 @@ class Study:
         if beside.exists() or os.sep in text or (os.altsep and os.altsep in text):
             return str(beside.resolve())
         return text
+
+    def input_files(self) -> list[tuple[str, str]]:
+        """What a run of the study reads, named as a message names it: the study file, the models
+        and their tokenizer (resolved as the loader resolves them), probe texts and plugin files."""
+        from pyllama.outputs import model_inputs, plugin_inputs
+
+        files = [("the study file", self.file)] if self.file else []
+        tokenizer = self.path(self.tokenizer) if self.tokenizer else None
+        for i, name in enumerate(self.models):
+            opened = model_inputs(self.path(name), tokenizer)
+            files.append((f"the study's models[{i}]", opened["the model"]))
+            if "the tokenizer" in opened:
+                what = "the study's tokenizer" if tokenizer else f"the tokenizer beside models[{i}]"
+                files.append((what, opened["the tokenizer"]))
+        for i, probe in enumerate(self.probes):
+            path = self.path(probe)
+            if not is_probe_name(probe) or Path(path).is_file():
+                files.append((f"the study's probes[{i}]", path))
+        for grid in self.plugins:
+            m = FILE_PLUGIN.match(grid.name)
+            if m:
+                files.append((f"the plugin file of {grid.label}", self.path(m.group(1))))
+        return files + list(plugin_inputs(self.reference).items())
 
     def grid_points(self) -> list[GridPoint]:
         """Every plugin configuration of the study, validated by the registry's spec parser."""
@@ -186,7 +211,10 @@ def load_study(source: str | os.PathLike | dict) -> Study:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise StudyError(f"{path}: not valid TOML ({exc})") from None
-    return _from_dict(data, name, base)
+    study = _from_dict(data, name, base)
+    if not isinstance(source, dict):
+        study.file = str(source)
+    return study
 
 
 def _from_dict(data: dict, name: str, base: Path) -> Study:

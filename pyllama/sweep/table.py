@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RowStore", "to_frame", "COLUMN_ORDER"]
+__all__ = ["RowStore", "to_frame", "COLUMN_ORDER", "output_files"]
 
 ROWS = "rows.jsonl"
 TABLE = "results.parquet"
@@ -34,6 +34,16 @@ COLUMN_ORDER = (
 TEXT_COLUMNS = {"error", "notes", "first_diff_sequence", "last_sequence", "tokenizer", "worker"}
 LAYER_SUFFIXES = ("_err_mean", "_err_max")
 TAIL = ("error", "notes", "seconds", "positions_per_second", "worker", "threads", "pyllama_version", "model_path")
+
+
+def output_files(out: str | os.PathLike | None, per_position: bool = False) -> list[tuple[str, Path]]:
+    """What a sweep writes into ``out``, each named by the option that chose the folder (the folder
+    itself first: an existing file of that name cannot become one)."""
+    if out is None:
+        return []
+    folder = Path(out)
+    names = (ROWS, TABLE, CSV, POSITIONS) if per_position else (ROWS, TABLE, CSV)
+    return [("--out", folder)] + [("--out", folder / name) for name in names]
 
 
 class RowStore:

@@ -370,11 +370,22 @@ def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) ->
     path = Path(os.fspath(probe))
     if isinstance(probe, str) and is_retrieval_spec(probe) and not path.is_file():
         return retrieval_probe(probe, tokenizer, seq_len)
-    if not path.is_file():
+    if not path.exists():
         names = ", ".join(PROBE_NAMES + RETRIEVAL_NAMES)
         raise InputError(f"unknown probe {str(probe)!r}: expected one of {names} or a text file")
+    return probe_from_text(_read_probe_text(path), tokenizer, name=path.stem)
+
+
+def _read_probe_text(path: Path) -> str:
+    """The text of a probe file (any file that reads as text: /dev/null too), or one line saying why not."""
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, not a probe text file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    return probe_from_text(text, tokenizer, name=path.stem)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the probe text ({exc.strerror or exc})") from None
+    if not split_texts(text):
+        raise InputError(f"{path}: the probe text is empty")
+    return text

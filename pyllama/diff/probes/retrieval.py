@@ -24,6 +24,7 @@ Spec strings (``--probe passkey:depth=0.25,length=2000``): ``name:option=value,.
 from __future__ import annotations
 
 import bisect
+import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -111,8 +112,7 @@ def parse_spec(text: str, seq_len: int) -> tuple[str, dict[str, Any]]:
         key, eq, raw = item.partition("=")
         key = key.strip()
         if key not in table or not eq:
-            listing = ", ".join(f"{k} ({h})" for k, (_, _, h) in table.items())
-            raise InputError(f"probe {text!r}: expected option=value, got {item!r}; {name} takes {listing}")
+            raise InputError(f"probe {text!r}: {_unknown(key, eq, item, list(table))}; {name} takes {', '.join(table)}")
         kind = table[key][0]
         try:
             if kind is list:
@@ -124,6 +124,15 @@ def parse_spec(text: str, seq_len: int) -> tuple[str, dict[str, Any]]:
             raise InputError(f"probe {text!r}: {key}={raw!r} is not a valid {kind.__name__}") from None
     _check(text, values)
     return name, values
+
+
+def _unknown(key: str, eq: str, item: str, options: list[str]) -> str:
+    """What is wrong with one item of a spec: not option=value, or an option the probe lacks (and
+    the option it was likely meant to be)."""
+    if not eq:
+        return f"expected option=value, got {item!r}"
+    close = difflib.get_close_matches(key, options, n=1)
+    return f"unknown option {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
 def _check(text: str, v: dict[str, Any]) -> None:
