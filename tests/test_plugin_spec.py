@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import shutil
 
 import numpy as np
@@ -93,6 +94,8 @@ def test_a_plugin_spec_is_a_frozen_value():
         resolved.canonical = "sink"  # type: ignore[misc]
     with pytest.raises(TypeError):
         resolved.values["window"] = 8  # type: ignore[index]
+    copied = pickle.loads(pickle.dumps(resolved))  # to a worker process, e.g.
+    assert copied == resolved and dict(copied.values) == dict(resolved.values) and copied.builtin
 
 
 def test_origins(tmp_path, monkeypatch):

@@ -238,6 +238,9 @@ class PluginSpec:
         object.__setattr__(self, "values", MappingProxyType(dict(self.values)))
         object.__setattr__(self, "shared", MappingProxyType(dict(self.shared)))
 
+    def __reduce__(self):  # the read-only views do not pickle; the class pickles by reference
+        return (type(self), (self.name, self.cls, dict(self.values), self.canonical, self.origin, dict(self.shared)))
+
     @property
     def builtin(self) -> bool:
         return self.origin == BUILT_IN

@@ -24,6 +24,8 @@ from pyllama.cli.shared import (
     topp_option,
 )
 from pyllama.errors import InputError
+from pyllama.load import open_tokenizer
+from pyllama.model import Model
 
 
 @click.command()
@@ -66,14 +68,10 @@ def chat(
 
     template = None if template_file is None else _read_template(Path(template_file))
     if print_prompt:
-        from pyllama.load import open_tokenizer
-
         tok = open_tokenizer(tokenizer or checkpoint)
         text, ids = chat_api.prompt_ids(tok, message, system, template)
         click.echo(json.dumps({"prompt": text, "prompt_ids": ids}, ensure_ascii=False))
         return
-    from pyllama.model import Model
-
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
     result = chat_api.generate(
         model,

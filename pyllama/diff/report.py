@@ -22,7 +22,7 @@ from functools import cached_property
 import numpy as np
 
 from pyllama.diff.metrics import perplexity
-from pyllama.diff.report_text import _g, report_table
+from pyllama.diff.report_text import report_table, sig3
 from pyllama.diff.retrieval_scores import RetrievalRow, summarize
 
 
@@ -298,7 +298,7 @@ class DiffReport:
         s = self.summary
         return (
             f"DiffReport({self.a} vs {self.b}, {self.probe}: {self.n_positions} positions, "
-            f"max|Δlogit| {_g(s['max_abs_dlogit'])}, mean KL {_g(s['mean_kl'])}, "
+            f"max|Δlogit| {sig3(s['max_abs_dlogit'])}, mean KL {sig3(s['mean_kl'])}, "
             f"top-1 {100 * s['top1_agreement']:.1f}%, ppl B/A {s['ppl_ratio']:.4f})"
         )
 

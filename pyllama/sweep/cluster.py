@@ -22,6 +22,7 @@ import os
 from contextlib import contextmanager
 
 from pyllama.errors import InputError
+from pyllama.model import default_threads
 from pyllama.options import THREADS_PER_CPU, check_threads, max_threads, usable_cpus
 from pyllama.sweep.study import plural
 
@@ -36,8 +37,6 @@ THREADS_NAME = "threads per cell"  # how messages name threads_per_cell / --thre
 
 
 def machine_cores() -> int:
-    from pyllama.model import default_threads
-
     return default_threads()
 
 
