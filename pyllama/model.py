@@ -122,7 +122,7 @@ class Model:
         """One chat turn: ``message`` rendered with the file's ``tokenizer.chat_template`` (or
         ``template``), generated until the end-of-turn token; ``.text`` is the reply. ``options``:
         those of ``generate``. See ``pyllama.chat``."""
-        from pyllama import chat
+        from pyllama import chat  # lazy: jinja2 only when a chat template is rendered
 
         return chat.generate(self, message, system, template, **options)
 

@@ -32,7 +32,6 @@ LAZY: dict[tuple[str, str], str] = {
     ("pyllama.sweep.table", "pyarrow"): "pyarrow, only when per-position tables are written",
     ("pyllama.sweep.cluster", "distributed"): "Dask, only when a sweep starts a cluster",
     ("pyllama.sweep.runner", "distributed"): "Dask, only when a sweep runs",
-    ("pyllama.sweep.cell", "threadpoolctl"): "optional in a worker: the cell runs without it",
     ("pyllama.hub", "tqdm"): "the progress bar, only when a download runs",
     ("pyllama.diff.harness", "tqdm"): "the progress bar, only for long probes (tqdm.auto probes for IPython)",
     ("pyllama.sweep.runner", "tqdm"): "the progress bar, only when a sweep runs",

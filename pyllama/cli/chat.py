@@ -64,7 +64,7 @@ def chat(
     The template is rendered as HF transformers renders it (sandboxed Jinja); generation stops at
     the end-of-turn token (<|im_end|> for ChatML).
     """
-    from pyllama import chat as chat_api
+    from pyllama import chat as chat_api  # lazy: jinja2 only when this command runs
 
     template = None if template_file is None else _read_template(Path(template_file))
     if print_prompt:

@@ -197,7 +197,7 @@ def _progress_bar(progress: bool | None, total: int, sides: list[LiveSide | Repl
     """A tqdm bar over the positions (None: none); ``progress`` None: only for long probes, on a terminal."""
     if not (progress if progress is not None else total >= PROGRESS_MIN_POSITIONS):
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: tqdm only when a bar is shown
 
     desc = f"diff {sides[0].label} vs {sides[1].label}"
     return tqdm(total=total, unit="pos", desc=desc, leave=False, disable=None if progress is None else False)

@@ -239,7 +239,7 @@ class DiffReport:
     def to_pandas(self):
         """A DataFrame with one row per compared position (needs pandas)."""
         try:
-            import pandas as pd
+            import pandas as pd  # lazy here and below: pandas only for a DataFrame
         except ImportError as exc:  # pragma: no cover - pandas is optional
             raise ImportError("DiffReport.to_pandas() needs pandas: pip install pandas") from exc
         return pd.DataFrame(self.columns())
@@ -281,7 +281,7 @@ class DiffReport:
     # ---- display --------------------------------------------------------------------------------
     def plot(self, path: str | os.PathLike | None = None):
         """The overview figure (divergence, per-layer error, memory, recall); saved when ``path`` is given."""
-        from pyllama.plots import report_figure
+        from pyllama.plots import report_figure  # lazy: matplotlib only when a figure is drawn
 
         fig = report_figure(self)
         if path is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from pyllama.errors import PyllamaError
 from pyllama.model import Model
@@ -121,11 +122,6 @@ def worker_model(path: str, tokenizer: str | None):
 def pinned_threads(threads: int):
     """BLAS/OpenMP pools of this process limited to ``threads`` while a cell runs (numpy's metrics
     must not oversubscribe the cores the other workers use); the engine takes its count explicitly."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a dependency; the engine's own count still holds
-        yield
-        return
     with threadpool_limits(limits=threads):
         yield
 

@@ -88,7 +88,7 @@ def check_address(address: str, origin: str = "--scheduler") -> str:
     wss); InputError naming ``origin`` (the option or variable it came from) otherwise. Checked before
     a Client exists: a Client that fails on its address leaves a half-made object whose finaliser
     waits 10 s and prints a traceback."""
-    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.addressing import parse_address, parse_host_port  # lazy, as below: Dask when a sweep runs
 
     expected = "expected tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786"
     try:

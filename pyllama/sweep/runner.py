@@ -75,7 +75,7 @@ def run(
 
 
 def _gather(client, cells, threads, per_position, retries, store, progress, on_row) -> None:
-    from distributed import as_completed
+    from distributed import as_completed  # lazy: Dask only when a sweep runs
     from tqdm import tqdm  # the plain bar: tqdm.auto warns on stderr in a notebook without ipywidgets
 
     by_key = {}

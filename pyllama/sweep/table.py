@@ -89,7 +89,7 @@ class RowStore:
 
 def to_frame(rows: list[dict[str, Any]]):
     """A DataFrame of rows with the columns in a fixed order: config, knobs, metrics, layers, run."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas only for the DataFrame
 
     names: dict[str, None] = {}
     for row in rows:

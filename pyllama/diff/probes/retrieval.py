@@ -138,7 +138,7 @@ def retrieval_probe(text: str, tokenizer: Tokenizer, seq_len: int) -> Probe:
 
 
 def _use_chat(tokenizer: Tokenizer, chat: str, text: str) -> bool:
-    from pyllama.chat import template_of
+    from pyllama.chat import template_of  # lazy here and below: jinja2 only for an instruct model's probe
 
     has = template_of(tokenizer) is not None
     if chat == "yes" and not has:
