@@ -39,6 +39,7 @@ from gguf.quants import quantize
 from pyllama.checkpoint.llama2c import load_llama2c
 from pyllama.errors import CheckpointError, InputError
 from pyllama.outputs import check_outputs
+from pyllama.tokenizer.llama2c import Llama2cTokenizer
 
 DEFAULT_ALIGNMENT = 32  # GGUF's default (no general.alignment key): what llama.cpp's converters write
 ALIGNMENTS = (32, 64)
@@ -105,8 +106,6 @@ def convert_llama2c(
     kernels read faster, and is written as ``general.alignment`` (llama.cpp reads such files, but its
     ``llama-quantize`` pads its output at 32 whatever the input says: quantise from a default file).
     """
-    from pyllama.tokenizer.llama2c import Llama2cTokenizer
-
     src, dst = Path(src), Path(dst)
     if out_type not in OUT_TYPES:
         raise InputError(f"--type {out_type!r}: choose one of {', '.join(OUT_TYPES)}")

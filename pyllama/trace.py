@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pyllama.errors import InputError
+from pyllama.model import Model
 
 # From ffn_inp on, llama.cpp's last layer computes only the rows whose logits are wanted.
 LAST_LAYER_LAST_ROW = ("ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_gate_par", "ffn_out", "l_out")
@@ -298,8 +299,6 @@ def trace_file(
 ) -> tuple[list[int], list[TraceRow]]:
     """``pyllama trace``: tokenise ``prompt`` (BOS first, as llama.cpp does), trace it through the
     model file and, given a ``llama-eval-callback`` log, attach llama.cpp's sums."""
-    from pyllama.model import Model
-
     model = Model.load(model_path, tokenizer=tokenizer, threads=threads or 0)
     ids = model.tokenize(prompt)
     reference = parse_evalcb_log(log) if log is not None else None

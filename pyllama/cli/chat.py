@@ -25,6 +25,8 @@ from pyllama.cli.shared import (
     topp_option,
 )
 from pyllama.errors import InputError
+from pyllama.load import open_tokenizer
+from pyllama.model import Model
 
 
 @click.command()
@@ -67,18 +69,14 @@ def chat(
     The template is rendered as HF transformers renders it (sandboxed Jinja); generation stops at
     the end-of-turn token (<|im_end|> for ChatML).
     """
-    from pyllama import chat as chat_api
+    from pyllama import chat as chat_api  # lazy: jinja2 only when this command runs
 
     template = None if template_file is None else _read_template(Path(template_file))
     if print_prompt:
-        from pyllama.load import open_tokenizer
-
         tok = open_tokenizer(tokenizer or checkpoint)
         text, ids = chat_api.prompt_ids(tok, message, system, template)
         click.echo(json.dumps({"prompt": text, "prompt_ids": ids}, ensure_ascii=False))
         return
-    from pyllama.model import Model
-
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
     result = chat_api.generate(
         model,

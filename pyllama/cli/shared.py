@@ -11,6 +11,8 @@ import sys
 import click
 
 from pyllama import options
+from pyllama.attention.registry import resolve_spec
+from pyllama.attention.spec import PluginSpec
 from pyllama.errors import PyllamaError, TokenizerError
 
 
@@ -55,11 +57,20 @@ threads_option = click.option(
     help="Threads for the kernels and plugins (default: all cores; at most 4 per core). Results are identical "
     "for any count.",
 )
+
+
+def resolved_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> PluginSpec | None:
+    """A plugin spec resolved once, before the model loads: a bad one is the command's first error
+    (its PluginError line), and the command hands the resolved spec on instead of the string."""
+    return None if value is None else resolve_spec(value)
+
+
 attention_option = click.option(
     "--attention",
     "-a",
     default="causal",
     show_default=True,
+    callback=resolved_spec,
     help="Attention plugin spec, e.g. causal, sliding:256, sink:4,252 (see `pyllama plugins`).",
 )
 

@@ -17,7 +17,7 @@ import numpy as np
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
-from pyllama.plots.style import OKABE_ITO, _legend_below, _series
+from pyllama.plots.style import OKABE_ITO, legend_below, series_style
 
 if TYPE_CHECKING:
     from pyllama.diff.retrieval_scores import KeyScore, RetrievalRow
@@ -96,7 +96,7 @@ def key_distance_figure(results: Any, *, sides: str = "b", context: int | None =
         x = np.array([r.distance for r, _ in pairs])
         y = np.array([max(s.p, P_FLOOR) for _, s in pairs])
         hit = np.array([s.retrieves for _, s in pairs])
-        style = _series(i)
+        style = series_style(i)
         ax.plot(x, y, lw=1.0, label=label, **style)
         ax.plot(x[hit], y[hit], "o", color=style["color"], ms=5)
         ax.plot(x[~hit], y[~hit], "o", color=style["color"], ms=5, mfc="white")
@@ -109,7 +109,7 @@ def key_distance_figure(results: Any, *, sides: str = "b", context: int | None =
     ax.set_ylabel("P(key), teacher-forced (log)")
     ax.set_title("key probability against distance; filled = retrieves (every key token rank 1)")
     ax.grid(alpha=0.3, which="both")
-    _legend_below(fig, ax, len(plugins))
+    legend_below(fig, ax, len(plugins))
     return fig
 
 

@@ -67,15 +67,14 @@ class BudgetSizer:
             raise StudyError(f"{where}: {one_line(exc)}") from exc
 
     def _size(self, spec: str, knob: str, budget: int, where: str) -> tuple[str, dict[str, Any], int]:
-        cls, values, _ = resolve_spec(spec)
-        decl = {k.name: k for k in plugin_knobs(cls)}[knob]
+        decl = {k.name: k for k in plugin_knobs(resolve_spec(spec).cls)}[knob]
         lo = int(decl.min) if decl.min is not None else 0
         hi = max(lo, len(self.tokens))  # past the sequence length a window holds everything already
         if decl.max is not None:
             hi = min(hi, int(decl.max))
 
         def spec_with(v: int) -> str:
-            return resolve_spec(_respec(spec, knob, v))[2]
+            return resolve_spec(_respec(spec, knob, v)).canonical
 
         lo = self._least_accepted(lo, hi, spec_with)
         if self.bytes_at_end(spec_with(lo)) > budget:
@@ -90,7 +89,7 @@ class BudgetSizer:
             else:
                 hi = mid - 1
         sized = spec_with(lo)
-        return sized, resolve_spec(sized)[1], self.bytes_at_end(sized)
+        return sized, dict(resolve_spec(sized).values), self.bytes_at_end(sized)
 
     def _least_accepted(self, lo: int, hi: int, spec_with: Callable[[int], str]) -> int:
         """The least value in ``lo .. hi`` the plugin's constructor accepts. A refusal while searching

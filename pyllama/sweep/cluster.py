@@ -27,6 +27,7 @@ import threading
 from contextlib import contextmanager
 
 from pyllama.errors import InputError
+from pyllama.model import default_threads
 from pyllama.options import THREADS_PER_CPU, check_threads, max_threads, usable_cpus
 from pyllama.sweep.study import plural
 
@@ -41,8 +42,6 @@ THREADS_NAME = "threads per cell"  # how messages name threads_per_cell / --thre
 
 
 def machine_cores() -> int:
-    from pyllama.model import default_threads
-
     return default_threads()
 
 
@@ -94,7 +93,7 @@ def check_address(address: str, origin: str = "--scheduler") -> str:
     wss); InputError naming ``origin`` (the option or variable it came from) otherwise. Checked before
     a Client exists: a Client that fails on its address leaves a half-made object whose finaliser
     waits 10 s and prints a traceback."""
-    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.addressing import parse_address, parse_host_port  # lazy, as below: Dask when a sweep runs
 
     expected = "expected tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786"
     try:

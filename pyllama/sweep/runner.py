@@ -10,6 +10,7 @@ from pyllama.options import check_threads
 from pyllama.outputs import check_outputs
 from pyllama.sweep.cell import run_cell
 from pyllama.sweep.cluster import THREADS_NAME, check_cluster_threads, cluster_client, local_size, scheduler_address
+from pyllama.sweep.cost import estimate
 from pyllama.sweep.plan import Plan, plan_study
 from pyllama.sweep.study import Study, load_study
 from pyllama.sweep.table import ROWS, RowStore, output_files
@@ -97,7 +98,7 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 def _gather(client, cells, threads, per_position, retries, store, progress, on_row) -> None:
-    from distributed import as_completed
+    from distributed import as_completed  # lazy: Dask only when a sweep runs
     from tqdm import tqdm  # the plain bar: tqdm.auto warns on stderr in a notebook without ipywidgets
 
     by_key = {}
@@ -129,9 +130,7 @@ def _gather(client, cells, threads, per_position, retries, store, progress, on_r
 def dry_run(study: Study | dict | str | os.PathLike, threads_per_cell: int = 1, out: str | os.PathLike | None = None):
     """The cells of ``study`` with their estimated cost, run nothing: a DataFrame with ``positions``,
     ``bytes_streamed`` and ``est_seconds`` per cell, and ``done`` for cells already in ``out``'s table."""
-    import pandas as pd
-
-    from pyllama.sweep.cost import estimate
+    import pandas as pd  # lazy: pandas only for the DataFrame a dry run returns
 
     check_threads(threads_per_cell, name=THREADS_NAME, allow_default=False)  # the estimates run here
     plan = _plan(study, threads_per_cell)

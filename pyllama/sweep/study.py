@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pyllama.attention.registry import create_plugin, plugin_knobs, resolve_spec
-from pyllama.attention.spec import format_value
+from pyllama.attention.spec import PluginSpec, format_value
 from pyllama.diff.probes import is_probe_name
 from pyllama.errors import InputError, PyllamaError
 from pyllama.sweep.cell import one_line
@@ -165,24 +165,24 @@ class Study:
         spec = self.plugin_spec(grid.name, values)
         size_by = grid.size_by if self.budgets else None
         try:
-            cls, parsed, canonical = resolve_spec(spec)
+            resolved = resolve_spec(spec)
         except PyllamaError as exc:
             raise self.fail(grid.label, str(exc)) from None
         if size_by is None:
-            self._construct(grid.label, canonical)
-        knobs = tuple((k.name, parsed[k.name]) for k in plugin_knobs(cls))
-        return GridPoint(grid.index, grid.name, canonical, knobs, size_by)
+            self._construct(grid.label, resolved)
+        knobs = tuple((k.name, resolved.values[k.name]) for k in plugin_knobs(resolved.cls))
+        return GridPoint(grid.index, grid.name, resolved.canonical, knobs, size_by)
 
     def check_reference(self) -> str:
         """The canonical reference spec; the registry refuses an unknown one, its constructor a bad value."""
         try:
-            canonical = resolve_spec(self.reference)[2]
+            resolved = resolve_spec(self.reference)
         except PyllamaError as exc:
             raise self.fail("reference", str(exc)) from None
-        self._construct("reference", canonical)
-        return canonical
+        self._construct("reference", resolved)
+        return resolved.canonical
 
-    def _construct(self, entry: str, spec: str) -> None:
+    def _construct(self, entry: str, spec: PluginSpec) -> None:
         """Construct the plugin of ``spec`` once and drop it; what its constructor refuses (or a
         plugin's own bug) is refused now, naming the entry, instead of failing every cell of it."""
         try:
@@ -307,7 +307,7 @@ def _plugin_grid(index: int, raw: Any, fail) -> PluginGrid:
 def _check_size_by(study: Study, grid: PluginGrid) -> None:
     """Resolve the plugin once (unknown names fail here) and check the knob budgets would size."""
     try:
-        cls = resolve_spec(study.plugin_spec(grid.name, {}))[0]
+        cls = resolve_spec(study.plugin_spec(grid.name, {})).cls
     except PyllamaError as exc:
         raise study.fail(grid.label, str(exc)) from None
     names = [k.name for k in plugin_knobs(cls)]

@@ -20,6 +20,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from pyllama.errors import InputError
+
 __all__ = ["RowStore", "to_frame", "COLUMN_ORDER", "output_files"]
 
 ROWS = "rows.jsonl"
@@ -56,8 +60,6 @@ class RowStore:
             return
         store = self.out / ROWS
         if store.exists() and not resume:
-            from pyllama.errors import InputError
-
             raise InputError(f"{store} exists: pass --resume (resume=True) to continue it, or choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         if store.exists():
@@ -97,7 +99,7 @@ class RowStore:
 
 def to_frame(rows: list[dict[str, Any]]):
     """A DataFrame of rows with the columns in a fixed order: config, knobs, metrics, layers, run."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas only for the DataFrame
 
     names: dict[str, None] = {}
     for row in rows:
@@ -131,16 +133,13 @@ def _layer_key(name: str) -> tuple[int, str]:
 
 
 def _json_default(v: Any):
-    import numpy as np
-
     if isinstance(v, np.generic):
         return v.item()
     raise TypeError(f"not JSON serialisable: {type(v).__name__}")
 
 
 def _write_positions(path: Path, columns: dict) -> None:
-    import numpy as np
-    import pyarrow as pa
+    import pyarrow as pa  # lazy, here and below: pyarrow only when per-position tables are written
     import pyarrow.parquet as pq
 
     n = len(columns["position"])
