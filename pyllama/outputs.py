@@ -22,7 +22,10 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
+from pyllama import hub
+from pyllama.diff.probes import PROBE_NAMES
 from pyllama.errors import InputError, PyllamaError
+from pyllama.load import BESIDE
 
 __all__ = ["check_outputs", "diff_inputs", "model_inputs", "plugin_inputs", "probe_inputs", "same_file"]
 
@@ -74,9 +77,6 @@ def model_inputs(checkpoint: PathLike | None, tokenizer: PathLike | None = None)
     model's own tokenizer or the ``tokenizer.bin`` beside the checkpoint (a GGUF does not read it,
     but it is kept safe all the same: nothing is opened here to tell). A name that does not resolve
     is left as given: loading it reports the problem."""
-    from pyllama import hub
-    from pyllama.load import BESIDE
-
     out: dict[str, str] = {}
     if checkpoint is not None:
         model = _resolved(checkpoint, "model")
@@ -91,8 +91,6 @@ def model_inputs(checkpoint: PathLike | None, tokenizer: PathLike | None = None)
 
 
 def _resolved(path: PathLike, kind: str) -> str:
-    from pyllama import hub
-
     try:
         return os.fspath(hub.resolve(path, kind=kind))
     except PyllamaError:
@@ -102,21 +100,23 @@ def _resolved(path: PathLike, kind: str) -> str:
 def probe_inputs(probe: object, what: str = "the probe text") -> dict[str, str]:
     """``{what: path}`` when ``probe`` is a text file a diff would read (a built-in probe's name is
     not a file, even if a file of that name exists: ``load_probe`` takes the name)."""
-    from pyllama.diff.probes import PROBE_NAMES
-
     if not isinstance(probe, (str, os.PathLike)) or probe in PROBE_NAMES:
         return {}
     return {what: os.fspath(probe)} if os.path.exists(probe) else {}
 
 
 def plugin_inputs(*specs: object) -> dict[str, str]:
-    """The plugin files named by specs of the form ``path/to/file.py:Class[:args]`` (or ``.pyx``)."""
+    """The plugin files named by specs of the form ``path/to/file.py:Class[:args]`` (or ``.pyx``),
+    given as strings or resolved (a ``PluginSpec`` whose origin is ``file PATH``)."""
     out: dict[str, str] = {}
     for spec in specs:
+        origin = getattr(spec, "origin", None)
+        if isinstance(origin, str) and origin.startswith("file "):
+            out.setdefault(f"the plugin file of {spec}", os.path.expanduser(origin[len("file ") :]))
+            continue
         m = _FILE_SPEC.match(spec) if isinstance(spec, str) else None
         if m is not None:
-            path = os.path.expanduser(m.group("path"))
-            out.setdefault(f"the plugin file of {spec}", path)
+            out.setdefault(f"the plugin file of {spec}", os.path.expanduser(m.group("path")))
     return out
 
 

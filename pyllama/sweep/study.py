@@ -32,6 +32,7 @@ from pyllama.attention.registry import create_plugin, plugin_knobs, resolve_spec
 from pyllama.attention.spec import PluginSpec, format_value
 from pyllama.diff.probes import is_probe_name
 from pyllama.errors import InputError, PyllamaError
+from pyllama.outputs import model_inputs, plugin_inputs
 from pyllama.sweep.cell import one_line
 
 if sys.version_info >= (3, 11):
@@ -115,8 +116,6 @@ class Study:
     def input_files(self) -> list[tuple[str, str]]:
         """What a run of the study reads, named as a message names it: the study file, the models
         and their tokenizer (resolved as the loader resolves them), probe texts and plugin files."""
-        from pyllama.outputs import model_inputs, plugin_inputs
-
         files = [("the study file", self.file)] if self.file else []
         tokenizer = self.path(self.tokenizer) if self.tokenizer else None
         for i, name in enumerate(self.models):
