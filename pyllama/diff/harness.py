@@ -83,8 +83,8 @@ def run_diff(
     a probe's text into ids (not needed for token ids); ``threads``: the budget of both engines
     together (default 1); ``name``: the model, for the report. ``blocks=False`` runs one forward per
     position instead of blocks of ``block`` positions: the same report (timing aside), slower.
-    ``greedy``: on a retrieval probe, decode the greedy answer for real where a side's chain leaves the key (its prompt runs again; see
-    :mod:`pyllama.diff.retrieval_scores`).
+    ``greedy``: on a retrieval probe, decode the greedy answer for real where a side's chain leaves
+    the key (its prompt runs again; see :mod:`pyllama.diff.retrieval_scores`).
 
     ``cache`` with ``model_file`` (the file ``weights`` were read from): replay a side whose
     recorded run exists, and record side A when it is a built-in plugin (:mod:`pyllama.diff.side_cache`;
