@@ -27,10 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from pyllama import plots
+from pyllama.errors import InputError
 from pyllama.model import Model
+from pyllama.outputs import check_outputs, model_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MODELS = REPO.parent / "shared" / "models"
+OUTPUTS = ("memories.md", "memories.png", "memories_divergence.png", "memories_growth.md", "memories_growth.png")
 
 
 def settings(budget: int, long_len: int) -> list[tuple[str, str]]:
@@ -250,6 +253,10 @@ def main(argv: list[str] | None = None) -> None:
         if not Path(f).is_file():
             ap.error(f"{f}: no such file (pass -c CHECKPOINT -z TOKENIZER)")
     out = Path(args.out)
+    try:  # never write a table or figure over the model or its tokenizer
+        check_outputs(model_inputs(args.checkpoint, args.tokenizer), [("--out", out / name) for name in OUTPUTS])
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
     out.mkdir(parents=True, exist_ok=True)
     model = Model.load(args.checkpoint, tokenizer=args.tokenizer)
     if args.growth:

@@ -29,10 +29,13 @@ from memories import SHARED_MODELS, settings
 
 from pyllama import plots
 from pyllama.diff.retrieval_scores import KeyScore, RetrievalRow, score_retrieval
+from pyllama.errors import InputError
 from pyllama.model import Model
+from pyllama.outputs import check_outputs, model_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILIES = ("sliding", "sink", "kmeans", "tiered", "lattice")
+OUTPUTS = ("retrieval.md", "retrieval_needle.png", "retrieval_distance.png")
 
 
 def specs(budget: int, longest: int) -> list[tuple[str, str]]:
@@ -149,6 +152,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     out = Path(args.out)
     runs = Path(args.runs) if args.runs else out / "retrieval_runs"
+    written = [("--out", out / name) for name in OUTPUTS] + [("--runs", runs)]
+    try:  # never write a table, figure or run over the model or its tokenizer
+        check_outputs(model_inputs(args.checkpoint, args.tokenizer), written)
+    except InputError as exc:
+        sys.exit(f"error: {exc}")
     runs.mkdir(parents=True, exist_ok=True)
     model = Model.load(args.checkpoint, tokenizer=args.tokenizer, threads=args.threads)
     lengths = [int(x) for x in args.lengths.split(",")]

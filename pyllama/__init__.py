@@ -9,6 +9,7 @@ from pyllama.attention.base import Attention
 from pyllama.config import ModelConfig
 from pyllama.errors import CheckpointError, InputError, PluginError, PositionError, PyllamaError, TokenizerError
 from pyllama.model import Generation, Model
+from pyllama.version import __version__
 
 __all__ = [
     "Attention",
@@ -21,5 +22,5 @@ __all__ = [
     "PositionError",
     "PyllamaError",
     "TokenizerError",
+    "__version__",
 ]
-__version__ = "0.1.0"

@@ -19,7 +19,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from pyllama.attention.registry import resolve_spec
+from pyllama.attention.spec import PluginSpec
 from pyllama.checkpoint.weights import Weights
+from pyllama.errors import InputError
+from pyllama.model import Model
 
 PROMPT = "Once upon a time"
 BOS = 1
@@ -81,31 +85,29 @@ def run_bench(
     tokenizer: str | os.PathLike | None = None,
     steps: int = 256,
     threads: int = 0,
-    attention: str = "causal",
+    attention: str | PluginSpec = "causal",
     repeats: int = 3,
     prompt_tokens: int = PROMPT_TOKENS,
 ) -> BenchResult:
     """Load ``checkpoint``; time ``repeats`` greedy generations of ``steps`` positions and ``repeats``
-    prompt passes of ``prompt_tokens`` positions."""
-    from pyllama.errors import InputError
-    from pyllama.model import Model
-
+    prompt passes of ``prompt_tokens`` positions. ``attention`` is resolved once, before the model loads."""
     if repeats < 1:
         raise InputError(f"repeats {repeats}: need at least one run")
+    spec = resolve_spec(attention)
     t0 = time.perf_counter()
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads)
     load_ms = (time.perf_counter() - t0) * 1e3
     prompt: str | list[int] = PROMPT if model.tokenizer is not None else [BOS]
     runs: list[float] = []
     for _ in range(repeats):
-        out = model.generate(prompt, steps=steps, temperature=0.0, attention=attention, ignore_eos=True)
+        out = model.generate(prompt, steps=steps, temperature=0.0, attention=spec, ignore_eos=True)
         runs.append(out.tok_per_s)
     best = max(runs)
-    prompt_runs, n_prompt = _prompt_runs(model, attention, prompt_tokens, repeats)
+    prompt_runs, n_prompt = _prompt_runs(model, spec, prompt_tokens, repeats)
     per_token = bytes_per_token(model.weights)
     return BenchResult(
         checkpoint=os.fspath(checkpoint),
-        attention=attention,
+        attention=spec.canonical,
         threads=model.threads,
         steps=out.steps,
         repeats=repeats,
@@ -123,7 +125,7 @@ def run_bench(
     )
 
 
-def _prompt_runs(model, attention: str, n_tokens: int, repeats: int) -> tuple[list[float], int]:
+def _prompt_runs(model, attention: PluginSpec, n_tokens: int, repeats: int) -> tuple[list[float], int]:
     """Prompt tok/s of ``repeats`` block passes over ``n_tokens`` seeded random ids (clamped to the plugin),
     after one untimed pass: as llama-bench, whose timed runs follow a warm-up and find the cache
     memory already touched (a new engine's buffers are mapped on first use, which the first pass of

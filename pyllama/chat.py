@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pyllama.model import Generation, Model
 
 Message = dict[str, Any]
+DEFAULT_REPLY_TOKENS = 256  # tokens a reply may take when no steps are given (an end-of-turn token stops it first)
 
 
 class _TemplateRaised(Exception):
@@ -186,12 +187,15 @@ def generate(
 ) -> Generation:
     """One chat turn: render ``user`` (and ``system``) with the model's template, generate until an
     end-of-generation token (``<|im_end|>`` for ChatML), and return the reply alone in ``.text``
-    (``on_text`` streams the reply only). ``options``: those of ``Model.generate``."""
+    (``on_text`` streams the reply only). ``options``: those of ``Model.generate``; without
+    ``steps``, the reply stops after ``DEFAULT_REPLY_TOKENS`` tokens (``steps=0``: the context)."""
     tokenizer = model.tokenizer
     if tokenizer is None:
         raise TokenizerError(f"{model.path}: no tokenizer: pass one with tokenizer=... (-z on the CLI)")
     _, ids = prompt_ids(tokenizer, user, system, template)
-    options.setdefault("steps", 0)  # up to the context; an end token stops it first
+    if options.get("steps") is None:  # a finite reply: a model that never ends its turn stops here
+        # steps count positions, the prompt's included: the last prompt position samples the first token
+        options["steps"] = min(len(ids) + DEFAULT_REPLY_TOKENS - 1, model.config.seq_len)
     echoed = len(tokenizer.decode_sequence(ids))  # the prompt's own text, which generate streams first
     seen = 0
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyllama.kernels.rope import rerotate as _rerotate
+
 ROPE_NORMAL = "normal"  # pairs (2i, 2i+1): llama2.c and GGUF `llama`
 ROPE_NEOX = "neox"  # pairs (i, i + n_rot/2): GGUF `qwen2`
 # whose elementwise arithmetic (rmsnorm, SwiGLU) the engine reproduces bit for bit: llama2.c's run.c
@@ -65,8 +67,6 @@ class ModelConfig:
         ``vec`` is float32[n * head_dim] for any number of heads n. Used by plugins that re-assign
         positions inside their cache (StreamingLLM's position shift) without knowing the model.
         """
-        from pyllama.kernels.rope import rerotate as _rerotate
-
         _rerotate(self, vec, delta)
 
     def describe(self) -> dict:

@@ -38,6 +38,8 @@ from gguf.quants import quantize
 
 from pyllama.checkpoint.llama2c import load_llama2c
 from pyllama.errors import CheckpointError, InputError
+from pyllama.outputs import check_outputs
+from pyllama.tokenizer.llama2c import Llama2cTokenizer
 
 DEFAULT_ALIGNMENT = 32  # GGUF's default (no general.alignment key): what llama.cpp's converters write
 ALIGNMENTS = (32, 64)
@@ -104,8 +106,6 @@ def convert_llama2c(
     kernels read faster, and is written as ``general.alignment`` (llama.cpp reads such files, but its
     ``llama-quantize`` pads its output at 32 whatever the input says: quantise from a default file).
     """
-    from pyllama.tokenizer.llama2c import Llama2cTokenizer
-
     src, dst = Path(src), Path(dst)
     if out_type not in OUT_TYPES:
         raise InputError(f"--type {out_type!r}: choose one of {', '.join(OUT_TYPES)}")
@@ -138,15 +138,12 @@ def convert_llama2c(
 
 def _check_destination(src: Path, dst: Path, force: bool, tokenizer: Path) -> None:
     """Refuse to overwrite an input, the checkpoint or its tokenizer (also through a symlink or hard
-    link), or, without ``force``, any file."""
+    link: ``pyllama.outputs``), or, without ``force``, any file."""
+    check_outputs({"the input": src, "the tokenizer": tokenizer}, {"the GGUF": dst})
     if not dst.exists() and not dst.is_symlink():
         if not dst.parent.is_dir():
             raise InputError(f"{dst}: the folder {dst.parent} does not exist")
         return
-    if src.exists() and dst.exists() and os.path.samefile(src, dst):
-        raise InputError(f"{dst}: is the input {src} (the same file): write the GGUF to another name")
-    if tokenizer.exists() and dst.exists() and os.path.samefile(tokenizer, dst):
-        raise InputError(f"{dst}: is the tokenizer {tokenizer} (the same file): write the GGUF to another name")
     if not force:
         raise InputError(f"{dst}: exists already; pass --force (force=True) to replace it")
 

@@ -273,7 +273,7 @@ def download(
 
 def _fetch(url: str, out, entry: KnownFile, progress: bool, timeout: float, fallback: str) -> tuple[str, int]:
     """Stream ``url`` into ``out``: (sha256 hex, bytes written)."""
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: tqdm only when a download shows a bar
 
     sha = hashlib.sha256()
     got = 0

@@ -13,15 +13,17 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pyllama.attention.base import Attention
 from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_failure, plugin_label
-from pyllama.attention.registry import create_plugin
+from pyllama.attention.registry import create_plugin, resolve_attention
+from pyllama.attention.spec import PluginSpec
 from pyllama.checkpoint.weights import Weights
 from pyllama.config import ARITHMETICS, ModelConfig
+from pyllama.diff import DiffReport, run_diff
+from pyllama.diff.probes import ProbeSource, probe_from_text
 from pyllama.engine import Engine
 from pyllama.errors import InputError, PyllamaError, TokenizerError
 from pyllama.load import open_model
@@ -29,10 +31,6 @@ from pyllama.options import check_seed, check_steps, check_temperature, check_th
 from pyllama.sampler import Sampler
 from pyllama.tokenizer.base import Tokenizer
 from pyllama.tokenizer.llama2c import Llama2cTokenizer
-
-if TYPE_CHECKING:
-    from pyllama.diff import DiffReport
-    from pyllama.diff.probes import ProbeSource
 
 BOS = 1
 
@@ -124,14 +122,16 @@ class Model:
         """One chat turn: ``message`` rendered with the file's ``tokenizer.chat_template`` (or
         ``template``), generated until the end-of-turn token; ``.text`` is the reply. ``options``:
         those of ``generate``. See ``pyllama.chat``."""
-        from pyllama import chat
+        from pyllama import chat  # lazy: jinja2 only when a chat template is rendered
 
         return chat.generate(self, message, system, template, **options)
 
     # ---- engines -----------------------------------------------------------------------------
-    def engine(self, attention: str | Attention | None = None, threads: int | None = None) -> Engine:
-        """A new engine over these weights bound to ``attention`` (spec string, instance, or None: causal)."""
+    def engine(self, attention: str | PluginSpec | Attention | None = None, threads: int | None = None) -> Engine:
+        """A new engine over these weights bound to ``attention``: a spec string (resolved here), a
+        PluginSpec (``resolve_spec``), an Attention instance, or None: causal."""
         check_threads(threads)
+        attention = resolve_attention(attention)
         plugin = create_plugin(attention)
         with plugin_calls(plugin_label(attention), "init"):
             return Engine(self.config, self.weights, plugin, threads or self.threads)
@@ -150,7 +150,10 @@ class Model:
             self._engine.reset()
 
     def logits(
-        self, tokens: list[int] | np.ndarray, attention: str | Attention | None = None, threads: int | None = None
+        self,
+        tokens: list[int] | np.ndarray,
+        attention: str | PluginSpec | Attention | None = None,
+        threads: int | None = None,
     ) -> np.ndarray:
         """float32[len(tokens), vocab]: the logits of every position of ``tokens`` fed from position 0,
         run in blocks of positions (each weight read once per block; bit-identical to ``forward``
@@ -177,8 +180,8 @@ class Model:
 
     def diff(
         self,
-        a: str | Attention | None,
-        b: str | Attention | None,
+        a: str | PluginSpec | Attention | None,
+        b: str | PluginSpec | Attention | None,
         probe: ProbeSource | None = None,
         text: str | None = None,
         threads: int | None = None,
@@ -188,6 +191,7 @@ class Model:
         cache: bool | str | os.PathLike | None = None,
     ) -> DiffReport:
         """Teacher-force a probe through plugins ``a`` and ``b`` (specs or instances) on these weights.
+        Each spec is resolved once, here; the report names each side by its canonical spec.
 
         ``probe``: ``"standard"`` (the default), ``"stories"``, ``"long"``, ``"recall"``, a text file
         path, a ``pyllama.diff.Probe`` or token ids; ``text``: a prompt string as the probe instead.
@@ -204,10 +208,8 @@ class Model:
         None: the default folder, unless ``$PYLLAMA_DIFF_CACHE`` is ``off``; a path: that folder;
         False: neither record nor replay.
         """
-        from pyllama.diff import run_diff
-        from pyllama.diff.probes import probe_from_text
-
         check_threads(threads)
+        a, b = resolve_attention(a), resolve_attention(b)
         if text is not None:
             if probe is not None:
                 raise InputError("diff: give either probe= or text=, not both")
@@ -287,7 +289,7 @@ class Model:
         temperature: float = 0.0,
         topp: float = 0.9,
         seed: int | None = None,
-        attention: str | Attention | None = None,
+        attention: str | PluginSpec | Attention | None = None,
         threads: int | None = None,
         ignore_eos: bool = False,
         on_text: Callable[[str], None] | None = None,
@@ -302,6 +304,7 @@ class Model:
         """
         temperature, topp = check_temperature(temperature), check_topp(topp)
         steps, seed = check_steps(steps), check_seed(seed)
+        attention = resolve_attention(attention)
         engine = self.engine(attention, threads)
         label = plugin_label(attention)
         prompt_ids, steps, notices = self._prompt_and_steps(prompt, steps, engine.max_positions)

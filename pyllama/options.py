@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import os
 
+from pyllama.errors import InputError
+
 SEED_MAX = 2**64 - 1  # the sampler's state is an unsigned 64-bit integer (run.c's unsigned long long)
 THREADS_PER_CPU = 4  # more threads than this per usable CPU only wait for each other: a typo, not a setting
 
@@ -28,8 +30,6 @@ def max_threads() -> int:
 
 
 def _fail(name: str, value: object, valid: str, why: str = "") -> None:
-    from pyllama.errors import InputError
-
     what = f"{name} {value!r}" if name else repr(value)  # no name: click's message names the option
     raise InputError(f"{what} is out of range: valid is {valid}{why}")
 

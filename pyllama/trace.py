@@ -34,6 +34,7 @@ import numpy as np
 
 from pyllama.engine.observer import StageCallback
 from pyllama.errors import InputError
+from pyllama.model import Model
 
 # The engine's stages (pyllama.engine.observer) under the names llama.cpp's graph gives them.
 LLAMA_CPP_NAMES = {
@@ -319,8 +320,6 @@ def trace_file(
 ) -> tuple[list[int], list[TraceRow]]:
     """``pyllama trace``: tokenise ``prompt`` (BOS first, as llama.cpp does), trace it through the
     model file and, given a ``llama-eval-callback`` log, attach llama.cpp's sums."""
-    from pyllama.model import Model
-
     model = Model.load(model_path, tokenizer=tokenizer, threads=threads or 0)
     ids = model.tokenize(prompt)
     reference = parse_evalcb_log(log) if log is not None else None

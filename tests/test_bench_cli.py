@@ -68,7 +68,7 @@ def test_bench_json_on_stories260k():
     # prompt processing: the model's whole context of 512 positions (llama-bench's pp512), best of the runs
     assert out["prompt_tokens"] == seq == 512
     assert len(out["prompt_tok_per_s_runs"]) == 2 and out["prompt_tok_per_s"] == max(out["prompt_tok_per_s_runs"]) > 0
-    assert (out["steps"], out["repeats"], out["threads"], out["attention"]) == (16, 2, 1, "causal")
+    assert (out["steps"], out["repeats"], out["threads"], out["attention"]) == (16, 2, 1, "causal:positions=0")
     kv_dim = n_kv * (dim // n_heads)
     assert out["memory_bytes"] == 2 * n_layers * 16 * kv_dim * 4  # causal: K and V of all 16 positions
 
@@ -77,7 +77,7 @@ def test_bench_reports_the_plugin_memory():
     ckpt, tok = shared_file("stories260K.bin"), shared_file("tok512.bin")
     out = bench_json("-c", str(ckpt), "-z", str(tok), "--steps", "24", "--repeats", "1", "--attention", "sliding:8")
     dim, _, n_layers, n_heads, n_kv, _, _ = header(ckpt)
-    assert out["attention"] == "sliding:8" and out["steps"] == 24
+    assert out["attention"] == "sliding:window=8" and out["steps"] == 24  # the canonical spec
     assert out["memory_bytes"] == 2 * n_layers * 8 * n_kv * (dim // n_heads) * 4  # the window, not the sequence
 
 

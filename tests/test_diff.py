@@ -139,8 +139,8 @@ def test_a_perturbed_layer_is_attributed_to_that_layer(model):
 def test_probe_longer_than_a_plugin_is_compared_where_both_hold(model):
     r = model.diff("causal", "sliding:16", probe="long", threads=1)
     assert r.n_positions == 512 and r.segments[0].length == 4 * 512
-    assert r.notes == ["long: compared positions 0..511 of 2,048 (causal holds 512)"]
-    assert "note: long: compared positions 0..511 of 2,048 (causal holds 512)" in r.table()
+    assert r.notes == ["long: compared positions 0..511 of 2,048 (causal:positions=0 holds 512)"]
+    assert "note: long: compared positions 0..511 of 2,048 (causal:positions=0 holds 512)" in r.table()
 
 
 def test_recall_scores_the_name_at_each_mention(model):

@@ -76,7 +76,7 @@ def test_replayed_side_gives_the_report_of_the_live_side(model, tmp_path, a, par
 def test_standard_probe_replayed_over_the_positions_both_hold(model, tmp_path):
     """causal holds the context (512) of the long sequence, sliding more: A records what it holds."""
     live = model.diff("causal", "sliding:64", threads=2, cache=False)
-    assert any("causal holds 512" in n for n in live.notes)
+    assert any("causal:positions=0 holds 512" in n for n in live.notes)
     model.diff("causal", "sliding:64", threads=2, cache=tmp_path)
     again = model.diff("causal", "sink:4,60", threads=2, cache=tmp_path)
     assert again.replayed == ["A"]

@@ -91,8 +91,8 @@ def test_split_spec_and_canonical_form():
     assert split_spec("sink:4,252") == ("sink", None, "4,252")
     assert split_spec("dir/x.py:Cls:budget=3") == ("dir/x.py", "Cls", "budget=3")
     assert split_spec("x.py:Cls") == ("x.py", "Cls", "")
-    assert resolve_spec("sink:4,252,shift")[2] == "sink:sinks=4,window=252,shift=true"
-    assert resolve_spec("causal")[2] == "causal:positions=0"
+    assert resolve_spec("sink:4,252,shift").canonical == "sink:sinks=4,window=252,shift=true"
+    assert resolve_spec("causal").canonical == "causal:positions=0"
 
 
 # ---- the registry -----------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ def test_plugin_contract(spec, gqa_unshared):
     threaded, _ = run(Engine(config, weights, create_plugin(spec), 2))
     assert np.array_equal(first[:12], threaded)
     # bad arguments are one-line PluginErrors
-    cls, values, _ = resolve_spec(spec)
+    cls = resolve_spec(spec).cls
     name = spec.split(":")[0] if not spec.startswith(str(EXAMPLE)) else EXAMPLE_SPEC
     with pytest.raises(PluginError, match="unknown knob"):
         create_plugin(f"{name}:no_such_knob=1")

@@ -11,12 +11,13 @@ from pyllama.attention import Attention, Knob, Pool, attend_rows, register
 from pyllama.attention.base import UNBOUNDED, Attention
 from pyllama.attention.head import attend_one_head, attend_rows
 from pyllama.attention.pool import Pool
-from pyllama.attention.registry import create_plugin, plugin_infos, register
-from pyllama.attention.spec import REQUIRED, Knob
+from pyllama.attention.registry import create_plugin, plugin_infos, register, resolve_spec
+from pyllama.attention.spec import REQUIRED, Knob, PluginSpec
 
 __all__ = [
     "Attention",
     "Knob",
+    "PluginSpec",
     "Pool",
     "REQUIRED",
     "UNBOUNDED",
@@ -25,4 +26,5 @@ __all__ = [
     "create_plugin",
     "plugin_infos",
     "register",
+    "resolve_spec",
 ]

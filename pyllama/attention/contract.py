@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyllama.attention.base import Attention
-from pyllama.attention.spec import Knob
+from pyllama.attention.spec import Knob, shared_option
 from pyllama.errors import PluginError
 
 __all__ = ["check_plugin_class", "plugin_description", "plugin_knobs"]
@@ -64,6 +64,10 @@ def check_plugin_class(cls: Any, label: str, constructor: bool = True) -> None:
         problems = knob.problems()
         if problems:
             fail(problems[0])
+    for name in names:
+        option = shared_option(name)
+        if option is not None:
+            fail(f"knob {name!r} is an option every plugin takes ({option.help}): rename the knob")
     if constructor:
         _check_constructor(cls, names, fail)
     # per-instance fields the engine reads at C level must not be hidden by class attributes

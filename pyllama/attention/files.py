@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pyllama.attention.base import Attention
 from pyllama.attention.contract import check_plugin_class
+from pyllama.attention.native import import_pyx
 from pyllama.errors import PluginError
 
 __all__ = ["load_file_plugin"]
@@ -32,8 +33,6 @@ def load_file_plugin(path: str, class_name: str) -> type:
     if key in _file_classes:
         return _file_classes[key]
     if file.suffix == ".pyx":
-        from pyllama.attention.native import import_pyx
-
         module = import_pyx(file, label)
     else:
         module = _import_python_file(file, path, label)

@@ -13,13 +13,17 @@ from contextlib import contextmanager
 import numpy as np
 
 from pyllama.attention.base import Attention
+from pyllama.attention.spec import PluginSpec
 from pyllama.errors import PluginError, PyllamaError
 
 __all__ = ["checked_memory_bytes", "plugin_calls", "plugin_failure", "plugin_label"]
 
 
-def plugin_label(spec: str | Attention | None) -> str:
-    """How a plugin is named in a message: its spec string, or for an instance its registry name or class."""
+def plugin_label(spec: PluginSpec | Attention | str | None) -> str:
+    """How a plugin is named in reports and messages: a resolved spec's canonical form, for an
+    instance its registry name or class; a string not yet resolved as it was given."""
+    if isinstance(spec, PluginSpec):
+        return spec.canonical
     if isinstance(spec, Attention):
         name = getattr(type(spec), "name", "")
         return name if name and name != Attention.name else type(spec).__name__

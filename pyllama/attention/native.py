@@ -27,8 +27,10 @@ import tempfile
 import types
 from pathlib import Path
 
-from pyllama.build_config import BuildConfig, build_config
+from pyllama.build_config import BuildConfig, build_config, switches
 from pyllama.errors import PluginError
+from pyllama.hub import cache_dir
+from pyllama.version import __version__
 
 # Run in the child: cythonize one module and build it in place (argv: pyx, include dir, the build
 # configuration as JSON: compile args, link args, Cython directives).
@@ -61,8 +63,6 @@ def _config_for(switches: tuple[tuple[str, bool], ...]) -> BuildConfig:
 
 def plugin_build_config() -> BuildConfig:
     """The package's build configuration under the current PYLLAMA_* switches (probed once per setting)."""
-    from pyllama.build_config import switches
-
     return _config_for(tuple(sorted(switches().items())))
 
 
@@ -89,9 +89,6 @@ def _declarations() -> bytes:
 
 def build_pyx(path: Path, label: str, cache: Path | None = None) -> Path:
     """The compiled extension module of ``path`` (built now unless the cache has it)."""
-    from pyllama import __version__
-    from pyllama.hub import cache_dir
-
     source = path.read_bytes()
     cfg = plugin_build_config()
     tag = f"{sys.implementation.cache_tag}-{__version__}-{cfg.cache_tag}"
@@ -111,6 +108,8 @@ def build_pyx(path: Path, label: str, cache: Path | None = None) -> Path:
         shutil.copy(pxd, work / pxd.name)
     include = str(Path(__file__).resolve().parents[2])  # the folder holding the pyllama package
     settings = json.dumps({"compile_args": cfg.compile_args, "link_args": cfg.link_args, "directives": cfg.directives})
+    # the build is silent and slow: say once why nothing happens for a while (a cached build says nothing)
+    print(f"compiling {path.name} (first use; later runs load the cached build)...", file=sys.stderr, flush=True)
     proc = subprocess.run(
         [sys.executable, "-c", _BUILD, f"{module}.pyx", include, settings],
         cwd=work,

@@ -16,7 +16,10 @@ plus classes registered at run time with :func:`register` (a notebook experiment
 
 Every class is checked against the contract when it is registered or loaded
 (:mod:`pyllama.attention.contract`); a broken plugin fails with one line that names it and the
-problem. Spec strings are parsed by :mod:`pyllama.attention.spec`.
+problem. Spec strings are parsed by :mod:`pyllama.attention.spec`, once: :func:`resolve_spec`
+turns one into a :class:`~pyllama.attention.spec.PluginSpec` (class, values, shared options,
+canonical spec, origin) at the entry (the CLI, ``Model.generate``/``engine``/``diff``, a study's
+cells), and that object travels; :func:`create_plugin` builds from it without parsing again.
 """
 
 from __future__ import annotations
@@ -30,13 +33,14 @@ from typing import Any
 from pyllama.attention.base import Attention
 from pyllama.attention.contract import check_plugin_class, plugin_description, plugin_knobs
 from pyllama.attention.files import load_file_plugin
-from pyllama.attention.spec import Knob, format_spec, parse_args, split_spec
+from pyllama.attention.spec import BUILT_IN, Knob, PluginSpec, format_spec, parse_args, parse_shared, split_spec
 from pyllama.errors import PluginError
 
 __all__ = [
     "BUILTINS",
     "ENTRY_POINT_GROUP",
     "PluginInfo",
+    "PluginSpec",
     "check_plugin_class",
     "create_plugin",
     "get_plugin_class",
@@ -46,6 +50,7 @@ __all__ = [
     "plugin_knobs",
     "plugin_names",
     "register",
+    "resolve_attention",
     "resolve_spec",
 ]
 
@@ -146,7 +151,7 @@ def _origin(name: str) -> str:
     if name in _registered:
         return _registered[name][1]
     if name in BUILTINS:
-        return "built-in"
+        return BUILT_IN
     ep = _entry_points().get(name)
     return f"entry point {ep.value}" if ep is not None else "unknown"
 
@@ -173,7 +178,7 @@ def get_plugin_class(name: str) -> type:
         return _registered[name][0]
     if name in BUILTINS:
         cls = _import_target(BUILTINS[name], name)
-        origin = "built-in"
+        origin = BUILT_IN
     else:
         ep = _entry_points().get(name)
         if ep is None:
@@ -188,46 +193,60 @@ def get_plugin_class(name: str) -> type:
                 f"attention plugin {name} (entry point {ep.value}): cannot load it ({type(exc).__name__}: {exc})"
             ) from exc
         origin = f"entry point {ep.value}"
-    check_plugin_class(cls, name if origin == "built-in" else f"{name} ({origin})")
+    check_plugin_class(cls, name if origin == BUILT_IN else f"{name} ({origin})")
     _registered[name] = (cls, origin)
     return cls
 
 
 # ---- specs --------------------------------------------------------------------------------------
-def resolve_spec(spec: str) -> tuple[type, dict[str, Any], str]:
-    """``(class, constructor keywords, canonical spec)`` for a spec string."""
+def resolve_spec(spec: str | PluginSpec) -> PluginSpec:
+    """The PluginSpec of a spec string, parsed and checked here, once; a PluginSpec is returned as it is."""
+    if isinstance(spec, PluginSpec):
+        return spec
     if not isinstance(spec, str) or not spec.strip():
         raise PluginError(f"empty attention spec; available: {', '.join(plugin_names())}")
     name, class_name, args = split_spec(spec)
     if class_name is not None:
         cls = load_file_plugin(name, class_name)
-        label = f"{name}:{class_name}"
+        label, origin = f"{name}:{class_name}", f"file {name}"
     else:
         cls = get_plugin_class(name)
-        label = name
+        label, origin = name, _origin(name)
     knobs = plugin_knobs(cls)
+    args, shared = parse_shared(label, args)
     values = parse_args(label, knobs, args)
-    return cls, values, format_spec(label, knobs, values)
+    return PluginSpec(label, cls, values, format_spec(label, knobs, values, shared), origin, shared)
 
 
-def create_plugin(spec: str | Attention | None) -> Attention:
-    """An Attention instance from a spec string (``None``: exact ``causal``), or the instance itself."""
-    if spec is None:
-        spec = "causal"
-    if isinstance(spec, Attention):
-        if type(spec) not in _checked_instances:
-            check_plugin_class(type(spec), type(spec).__name__, constructor=False)
-            _checked_instances.add(type(spec))
-        return spec
-    if not isinstance(spec, str):
-        raise PluginError(f"attention must be a spec string or an Attention instance, not {type(spec).__name__}")
-    cls, values, canonical = resolve_spec(spec)
+def resolve_attention(attention: str | PluginSpec | Attention | None) -> PluginSpec | Attention:
+    """What an entry point hands on: a spec string resolved (None: ``causal``), a PluginSpec as it
+    is, or an Attention instance checked against the contract (once per class)."""
+    if attention is None:
+        attention = "causal"
+    if isinstance(attention, Attention):
+        if type(attention) not in _checked_instances:
+            check_plugin_class(type(attention), type(attention).__name__, constructor=False)
+            _checked_instances.add(type(attention))
+        return attention
+    if not isinstance(attention, (str, PluginSpec)):
+        raise PluginError(
+            f"attention must be a spec string, a PluginSpec or an Attention instance, not {type(attention).__name__}"
+        )
+    return resolve_spec(attention)
+
+
+def create_plugin(spec: str | PluginSpec | Attention | None) -> Attention:
+    """An Attention instance: built from a PluginSpec (no parsing) or a spec string (resolved first;
+    ``None``: exact ``causal``), or the instance itself."""
+    resolved = resolve_attention(spec)
+    if isinstance(resolved, Attention):
+        return resolved
     try:
-        return cls(**values)
+        return resolved.cls(**resolved.values)
     except PluginError:
         raise
     except (TypeError, ValueError, OverflowError, MemoryError) as exc:
-        raise PluginError(f"{spec}: {exc}") from exc
+        raise PluginError(f"{resolved.canonical}: {exc}") from exc
 
 
 def plugin_infos(include_errors: bool = True) -> list[PluginInfo]:

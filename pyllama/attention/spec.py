@@ -20,17 +20,36 @@ Grammar: ``NAME[:ARG,ARG,...]`` (``path/to/file.py:Class[:ARGS]`` for a local fi
 Values are converted to the knob's type (``int``, ``float``, ``bool`` — true/false/yes/no/on/off/1/0 —,
 ``str``, or one of a tuple of choices) and checked against ``min``/``max``. Setting a knob twice,
 an unknown key or a missing required knob is an error naming the plugin and listing its knobs.
+
+Besides its own knobs, every plugin takes the registry's shared options (:data:`SHARED_OPTIONS`),
+by name only. A spec string is resolved once (``registry.resolve_spec``) into a :class:`PluginSpec`:
+the class, its constructor values, the shared options and the canonical spec, which names every
+knob (``sink:4,60`` is ``sink:sinks=4,window=60,shift=false``) and is what reports, labels and record
+keys show.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from pyllama.errors import PluginError
 
-__all__ = ["Knob", "REQUIRED", "check_knobs", "parse_args", "format_spec", "split_spec"]
+__all__ = [
+    "Knob",
+    "PluginSpec",
+    "REQUIRED",
+    "SHARED_OPTIONS",
+    "check_knobs",
+    "format_spec",
+    "parse_args",
+    "parse_shared",
+    "shared_option",
+    "split_spec",
+]
 
 
 class _Required:
@@ -182,6 +201,54 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+# Options the registry accepts for every plugin, built-in or third-party, whatever its knobs: given by
+# name only (``sink:4,60,layers=global``), taken out of the spec before the plugin's knobs are parsed,
+# and carried in PluginSpec.shared for the engine, never passed to the plugin's constructor. A plugin
+# may not declare a knob of the same name (the contract refuses it). Adding one is adding its Knob
+# here; its meaning lives where the engine reads PluginSpec.shared.
+SHARED_OPTIONS: tuple[Knob, ...] = ()
+
+BUILT_IN = "built-in"  # PluginSpec.origin of the plugins in pyllama.plugins
+
+
+def shared_option(name: str) -> Knob | None:
+    """The shared option called ``name``, if there is one."""
+    return next((o for o in SHARED_OPTIONS if o.name == name), None)
+
+
+@dataclass(frozen=True)
+class PluginSpec:
+    """A spec string resolved once: what builds the plugin (``create_plugin``), names it in reports,
+    labels and JSON/CSV (``canonical``) and keys its recorded runs, without parsing the string again.
+
+    ``values`` are the constructor keywords, every knob with its default filled in; ``shared`` the
+    registry's shared options (:data:`SHARED_OPTIONS`), defaults filled in; ``origin`` where the class
+    came from: ``built-in``, ``registered``, ``entry point module:Class`` or ``file path``. Two specs
+    are equal when they name the same class with the same canonical spec.
+    """
+
+    name: str  # the registry name, or path/to/file.py:Class
+    cls: type
+    values: Mapping[str, Any] = field(compare=False)
+    canonical: str
+    origin: str
+    shared: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:  # read-only views: the object travels, nobody edits it on the way
+        object.__setattr__(self, "values", MappingProxyType(dict(self.values)))
+        object.__setattr__(self, "shared", MappingProxyType(dict(self.shared)))
+
+    def __reduce__(self):  # the read-only views do not pickle; the class pickles by reference
+        return (type(self), (self.name, self.cls, dict(self.values), self.canonical, self.origin, dict(self.shared)))
+
+    @property
+    def builtin(self) -> bool:
+        return self.origin == BUILT_IN
+
+    def __str__(self) -> str:
+        return self.canonical
+
+
 def knob_summary(knobs: tuple[Knob, ...]) -> str:
     """``sinks=4, window=252, shift=false`` — for error messages."""
     if not knobs:
@@ -200,6 +267,26 @@ def split_spec(spec: str) -> tuple[str, str | None, str]:
         raise PluginError(f"{spec!r}: a plugin in a file is given as path/to/file.py:ClassName[:args] (or .pyx)")
     name, _, args = spec.partition(":")
     return name.strip(), None, args
+
+
+def parse_shared(plugin: str, args: str) -> tuple[str, dict[str, Any]]:
+    """``(args without the shared options, their values)``: the :data:`SHARED_OPTIONS` given by name
+    (a bool one also as a bare word) are taken out of ``args``; the others get their defaults."""
+    by_name = {k.name: k for k in SHARED_OPTIONS}
+    values: dict[str, Any] = {}
+    rest: list[str] = []
+    for raw in [] if not args.strip() else args.split(","):
+        key, eq, value = raw.strip().partition("=")
+        option = by_name.get(key.strip())
+        if option is None or not (eq or option.type is bool):
+            rest.append(raw)  # the plugin's own (or an error parse_args reports)
+            continue
+        if option.name in values:
+            raise PluginError(f"{plugin}: {option.name} is given twice")
+        values[option.name] = option.parse(value, plugin) if eq else True
+    for option in SHARED_OPTIONS:
+        values.setdefault(option.name, option.default)
+    return ",".join(rest), values
 
 
 def parse_args(plugin: str, knobs: tuple[Knob, ...], args: str) -> dict[str, Any]:
@@ -260,8 +347,15 @@ def check_knobs(plugin: Any, **values: Any) -> None:
         knob.check(value, name)
 
 
-def format_spec(name: str, knobs: tuple[Knob, ...], values: dict[str, Any]) -> str:
-    """The canonical spec of a configured plugin: every knob by name, e.g. ``sink:sinks=4,window=252,shift=false``."""
-    if not knobs:
-        return name
-    return name + ":" + ",".join(f"{k.name}={format_value(values[k.name])}" for k in knobs if k.name in values)
+def format_spec(
+    name: str, knobs: tuple[Knob, ...], values: Mapping[str, Any], shared: Mapping[str, Any] | None = None
+) -> str:
+    """The canonical spec of a configured plugin: every knob by name, e.g. ``sink:sinks=4,window=252,shift=false``,
+    then the shared options that differ from their defaults (so that a new shared option changes no
+    existing canonical spec, nor the record keys and result tables made with it)."""
+    items = [f"{k.name}={format_value(values[k.name])}" for k in knobs if k.name in values]
+    shared = shared or {}
+    items += [
+        f"{o.name}={format_value(shared[o.name])}" for o in SHARED_OPTIONS if shared.get(o.name, o.default) != o.default
+    ]
+    return f"{name}:{','.join(items)}" if items else name

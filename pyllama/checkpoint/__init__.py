@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from pyllama.checkpoint.gguf import parse_gguf
+from pyllama.checkpoint.llama2c import load_llama2c
 from pyllama.checkpoint.weights import LayerWeights, QType, Tensor, Weights
 from pyllama.config import ModelConfig
 from pyllama.errors import CheckpointError
@@ -71,12 +73,8 @@ def parse_checkpoint(path: Path, kind: str, file: BinaryIO | None = None) -> Par
     """Parse ``path`` as ``kind`` (``sniff_checkpoint``'s answer): header, metadata and tensors, once.
     ``file``: ``path`` already open, which the parser maps instead of opening the file again."""
     if kind == GGUF:
-        from pyllama.checkpoint.gguf import parse_gguf
-
         config, weights = parse_gguf(path, file)
         return ParsedCheckpoint(config, weights, weights.source.metadata)
-    from pyllama.checkpoint.llama2c import load_llama2c
-
     return ParsedCheckpoint(*load_llama2c(path, file))
 
 

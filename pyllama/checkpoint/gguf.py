@@ -35,7 +35,7 @@ from pyllama.checkpoint.gguf_meta import MetaValue
 from pyllama.checkpoint.gguf_reader import (  # open_gguf, read_gguf: re-exported, where callers import them
     GGUF_MAGIC,
     INTEGER_TYPES,
-    _CheckedReader,
+    CheckedReader,
     open_gguf,
     read_gguf,
 )
@@ -66,7 +66,7 @@ def _tensor_name(kind: MODEL_TENSOR, suffix: str = "weight", layer: int | None =
 class _Meta:
     """Typed access to the key/value metadata, with errors that name the file and the key."""
 
-    def __init__(self, reader: _CheckedReader, name: str) -> None:
+    def __init__(self, reader: CheckedReader, name: str) -> None:
         self.records = reader.metadata
         self.name = name
 
@@ -292,7 +292,7 @@ def parse_gguf(path: Path, file: BinaryIO | None = None) -> tuple[ModelConfig, W
     return model_of(read_gguf(path, file), path)
 
 
-def model_of(reader: _CheckedReader, path: Path) -> tuple[ModelConfig, Weights]:
+def model_of(reader: CheckedReader, path: Path) -> tuple[ModelConfig, Weights]:
     """The config and zero-copy weight views of a parsed GGUF ``llama`` or ``qwen2`` model."""
     name = path.name
     meta = _Meta(reader, name)

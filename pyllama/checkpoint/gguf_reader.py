@@ -34,7 +34,7 @@ INTEGER_TYPES = {  # GGUF value types that hold an integer (metadata checks here
 _Malformed = MalformedGGUF  # raised inside the reader; ``open_gguf`` prefixes the file name
 
 
-class _CheckedReader(GGUFReader):
+class CheckedReader(GGUFReader):
     """``GGUFReader`` with bounds checks on every read, on array lengths and on tensor extents.
 
     gguf-py slices its memmap without checking the file's end (a short slice then fails somewhere
@@ -107,7 +107,7 @@ class _CheckedReader(GGUFReader):
         super()._build_tensors(start_offs, fields)
 
 
-def open_gguf(path: Path) -> _CheckedReader:
+def open_gguf(path: Path) -> CheckedReader:
     """Map and parse a GGUF file once: header, metadata (``.metadata``) and tensor infos, all checked.
 
     For a caller that has not looked at the file yet: its magic is checked first (``read_gguf``
@@ -126,13 +126,13 @@ def _check_size(path: Path) -> None:
         raise CheckpointError(f"{path.name}: {size} bytes is too small for a GGUF header (24 bytes)")
 
 
-def read_gguf(path: Path, file: BinaryIO | None = None) -> _CheckedReader:
+def read_gguf(path: Path, file: BinaryIO | None = None) -> CheckedReader:
     """Map and parse a GGUF file whose first bytes have been checked: header, metadata, tensor infos.
     ``file``: ``path`` already open (``read_checkpoint``), mapped instead of opening it again."""
     name = path.name
     _check_size(path)
     try:
-        reader = _CheckedReader(path if file is None else file, "r")
+        reader = CheckedReader(path if file is None else file, "r")
     except _Malformed as exc:
         raise CheckpointError(f"{name}: {exc}") from None
     except (ValueError, KeyError, IndexError, OverflowError, UnicodeDecodeError, MemoryError) as exc:

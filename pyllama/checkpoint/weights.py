@@ -11,6 +11,7 @@ from enum import IntEnum
 
 import numpy as np
 from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
 
 
 class QType(IntEnum):
@@ -65,10 +66,8 @@ class Tensor:
             q = blocks[:, 2:].view(np.int8).astype(np.float32)
             return (q * d).reshape(self.rows, self.cols)
         if self.qtype.name in GGMLQuantizationType.__members__:  # the ggml block types: gguf-py's dequantizer
-            from gguf.quants import dequantize
-
             ggml_type = GGMLQuantizationType[self.qtype.name]
-            return dequantize(np.asarray(self.data, dtype=np.uint8).reshape(self.rows, -1), ggml_type)
+            return gguf_dequantize(np.asarray(self.data, dtype=np.uint8).reshape(self.rows, -1), ggml_type)
         raise ValueError(f"unknown qtype {self.qtype}")
 
 

@@ -46,8 +46,9 @@ class PyllamaGroup(click.Group):
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
             click.echo(f"error: {exc.format_message()} (see: {where} --help)", err=True)
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+        except KeyboardInterrupt as exc:  # a command may say what was done and how to go on
+            end_streamed_line()
+            click.echo(f"interrupted: {exc}" if str(exc) else "interrupted", err=True)
             ctx.exit(130)
 
 

@@ -1,7 +1,8 @@
 """``pyllama chat``: one turn with an instruct model, its prompt rendered from the file's own template.
 
 A command of the ``pyllama`` CLI (registered by ``pyllama.cli``); the rendering is ``pyllama.chat``'s.
-Its sampling options are generate's (``shared.py``), with chat's own defaults (greedy, the context).
+Its sampling options are generate's (``shared.py``), with chat's own defaults (greedy, a reply of at
+most 256 tokens).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pyllama.cli.shared import (
     topp_option,
 )
 from pyllama.errors import InputError
+from pyllama.load import open_tokenizer
+from pyllama.model import Model
 
 
 @click.command()
@@ -38,7 +41,11 @@ from pyllama.errors import InputError
     default=None,
     help="A Jinja chat template file to use instead of the model's tokenizer.chat_template.",
 )
-@steps_option(0, "Positions to run, prompt included; 0 = the model's context. An end-of-turn token stops earlier.")
+@steps_option(
+    None,
+    "Positions to run, prompt included; 0 = the model's context. Default: the prompt and 256 new tokens. "
+    "An end-of-turn token stops earlier.",
+)
 @temperature_option(0.0)
 @topp_option
 @seed_option
@@ -62,18 +69,14 @@ def chat(
     The template is rendered as HF transformers renders it (sandboxed Jinja); generation stops at
     the end-of-turn token (<|im_end|> for ChatML).
     """
-    from pyllama import chat as chat_api
+    from pyllama import chat as chat_api  # lazy: jinja2 only when this command runs
 
     template = None if template_file is None else _read_template(Path(template_file))
     if print_prompt:
-        from pyllama.load import open_tokenizer
-
         tok = open_tokenizer(tokenizer or checkpoint)
         text, ids = chat_api.prompt_ids(tok, message, system, template)
         click.echo(json.dumps({"prompt": text, "prompt_ids": ids}, ensure_ascii=False))
         return
-    from pyllama.model import Model
-
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
     result = chat_api.generate(
         model,

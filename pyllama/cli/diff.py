@@ -7,7 +7,10 @@ import sys
 
 import click
 
-from pyllama.cli.shared import checkpoint_option, require_tokenizer, threads_option, tokenizer_option
+from pyllama.cli.shared import checkpoint_option, require_tokenizer, resolved_spec, threads_option, tokenizer_option
+from pyllama.diff.probes import Probe, probe_from_text
+from pyllama.model import Model
+from pyllama.outputs import check_outputs, model_inputs, plugin_inputs, probe_inputs
 
 __all__ = ["EXIT_NOT_EXACT", "diff"]
 
@@ -30,7 +33,7 @@ def _output_figure(ctx: click.Context, param: click.Parameter, value: str | None
     """A figure path needs a writable folder and an extension matplotlib knows how to write."""
     if _output_file(ctx, param, value) is None:
         return None
-    from matplotlib.backend_bases import FigureCanvasBase
+    from matplotlib.backend_bases import FigureCanvasBase  # lazy: matplotlib only when a figure is asked for
 
     known = FigureCanvasBase.get_supported_filetypes()
     ext = os.path.splitext(value)[1].lstrip(".").lower()
@@ -43,8 +46,8 @@ def _output_figure(ctx: click.Context, param: click.Parameter, value: str | None
 
 
 @click.command()
-@click.argument("a")
-@click.argument("b")
+@click.argument("a", callback=resolved_spec)
+@click.argument("b", callback=resolved_spec)
 @checkpoint_option
 @tokenizer_option
 @click.option(
@@ -154,12 +157,13 @@ def diff(
     retrieves the key (every key token rank 1, the greedy answer holds it); for copy the loss on
     the second copy.
     """
-    from pyllama.diff.probes import Probe, probe_from_text
-    from pyllama.model import Model
-
     given = [x for x in (probe, text_file, prompt) if x is not None]
     if len(given) > 1:
         raise click.UsageError("give one of --probe, --text and -i/--prompt")
+    check_outputs(
+        {**model_inputs(checkpoint, tokenizer), **probe_inputs(text_file or probe), **plugin_inputs(a, b)},
+        {"--json": json_path, "--csv": csv_path, "--plot": plot_path},
+    )
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
     require_tokenizer(model, checkpoint)
     source: Probe | str

@@ -11,6 +11,11 @@ import sys
 import click
 import numpy as np
 
+from pyllama import hub
+from pyllama.convert import convert_llama2c
+from pyllama.errors import DownloadError
+from pyllama.load import open_checkpoint
+
 __all__ = ["convert", "download", "info"]
 
 
@@ -19,8 +24,6 @@ __all__ = ["convert", "download", "info"]
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as one JSON object.")
 def info(checkpoint, as_json):
     """Print a model file's config, parameter count, size and format."""
-    from pyllama.load import open_checkpoint
-
     _, parsed = open_checkpoint(checkpoint)
     config, weights = parsed.config, parsed.weights
     facts = {
@@ -29,7 +32,7 @@ def info(checkpoint, as_json):
         "bytes": weights.file_bytes,
         "parameters": weights.parameter_count(),
         **config.describe(),
-        "tensor_types": sorted({t.qtype.name for t in weights.tensors()}),
+        "tensor_types": _tensor_types(weights),
     }
     if as_json:
         click.echo(json.dumps(facts))
@@ -41,6 +44,15 @@ def info(checkpoint, as_json):
         elif key == "norm_eps":  # a float32 in the file: its shortest float32 form (1e-05, not 9.99...e-06)
             value = str(np.float32(value))
         click.echo(f"{key:<{width}}  {value}")
+
+
+def _tensor_types(weights) -> list[str]:
+    """Every tensor type stored in the file, as gguf-py lists a GGUF's (the F32 norm vectors too)."""
+    listed = getattr(weights.source, "tensors", None)  # a GGUF's reader: every tensor the file holds
+    if listed is not None:
+        return sorted({t.tensor_type.name for t in listed})
+    # a llama2.c file: its matrices' type, and its norm vectors, which are float32 in every version
+    return sorted({t.qtype.name for t in weights.tensors()} | {"F32"})
 
 
 @click.command()
@@ -78,8 +90,6 @@ def convert(src, dst, out_type, tokenizer, alignment, force):
     Example:
       pyllama convert stories260K.bin stories260K-q8_0.gguf --type q8_0 -z tok512.bin
     """
-    from pyllama.convert import convert_llama2c
-
     summary = convert_llama2c(src, dst, out_type, tokenizer, force=force, alignment=int(alignment))
     types = ", ".join(f"{n} {k}" for k, n in summary["tensor_types"].items())
     click.echo(f"wrote {dst}: {summary['bytes']:,} bytes ({types} tensors)")
@@ -111,9 +121,6 @@ def download(names, as_list, cache_dir, progress):
       pyllama generate -c stories15M -i "Once upon a time"
     $PYLLAMA_DOWNLOAD_MIRROR=URL fetches MIRROR/FILENAME instead of the public URLs.
     """
-    from pyllama import hub
-    from pyllama.errors import DownloadError
-
     if as_list:
         rows = hub.status_rows(cache_dir)
         width = max(len(r["name"]) for r in rows)

@@ -21,6 +21,8 @@ from pyllama.cli.shared import (
     tokenizer_option,
     topp_option,
 )
+from pyllama.load import open_tokenizer
+from pyllama.model import Model
 
 __all__ = ["generate", "tokenize"]
 
@@ -57,8 +59,6 @@ def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, atte
     Text streams to stdout; the achieved tok/s (from the end of the first forward pass, as run.c
     measures it) goes to stderr.
     """
-    from pyllama.model import Model
-
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
     require_tokenizer(model, checkpoint)
     result = model.generate(
@@ -102,8 +102,6 @@ def tokenize(tokenizer, no_bos, as_json, text):
     Example:
       pyllama tokenize -z tok512.bin "Once upon a time"   ->   1 403 407 261 378
     """
-    from pyllama.load import open_tokenizer
-
     tok = open_tokenizer(tokenizer)
     ids = tok.encode(text, bos=False if no_bos else None, eos=False)
     if as_json:

@@ -8,7 +8,9 @@ import json
 
 import click
 
+from pyllama.bench import run_bench
 from pyllama.cli.shared import attention_option, checkpoint_option, threads_option, tokenizer_option
+from pyllama.trace import format_rows, trace_file
 
 __all__ = ["bench", "trace"]
 
@@ -34,8 +36,6 @@ def trace(model, tokenizer, prompt, log, threads, as_json):
       llama-eval-callback -m stories260K-f32.gguf -p "Hello world" -n 1 > evalcb.log 2>&1
       pyllama trace stories260K-f32.gguf -i "Hello world" --compare evalcb.log
     """
-    from pyllama.trace import format_rows, trace_file
-
     ids, rows = trace_file(model, prompt, tokenizer, log, threads)
     if as_json:
         click.echo(json.dumps({"prompt_ids": ids, "tensors": [r.to_json() for r in rows]}))
@@ -76,8 +76,6 @@ def bench(checkpoint, tokenizer, steps, threads, attention, repeats, prompt_toke
     Example:
       pyllama bench -c stories260K.bin -z tok512.bin --steps 256
     """
-    from pyllama.bench import run_bench
-
     result = run_bench(
         checkpoint,
         tokenizer,

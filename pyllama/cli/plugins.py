@@ -6,6 +6,8 @@ import json
 
 import click
 
+from pyllama.attention.registry import plugin_infos, plugins_markdown
+
 __all__ = ["plugins"]
 
 
@@ -20,8 +22,6 @@ def plugins(as_json, markdown):
     one, a bare bool knob name sets it true (sliding:256, sink:4,252,shift, causal:positions=2048).
     A class in a local file is path/to/file.py:ClassName[:ARGS] (a .pyx file is compiled on first use).
     """
-    from pyllama.attention.registry import plugin_infos, plugins_markdown
-
     infos = plugin_infos()
     if as_json:
         click.echo(json.dumps([i.to_json() for i in infos]))

@@ -11,6 +11,8 @@ import sys
 import click
 
 from pyllama import options
+from pyllama.attention.registry import resolve_spec
+from pyllama.attention.spec import PluginSpec
 from pyllama.errors import PyllamaError, TokenizerError
 
 
@@ -18,6 +20,8 @@ def _in_range(check):
     """A click callback running one of pyllama.options' checks (the Python API runs the same)."""
 
     def callback(ctx: click.Context, param: click.Parameter, value):
+        if value is None:  # not given, and the option's default is None: the command decides
+            return None
         try:
             return check(value, name="")
         except PyllamaError as exc:
@@ -53,22 +57,31 @@ threads_option = click.option(
     help="Threads for the kernels and plugins (default: all cores; at most 4 per core). Results are identical "
     "for any count.",
 )
+
+
+def resolved_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> PluginSpec | None:
+    """A plugin spec resolved once, before the model loads: a bad one is the command's first error
+    (its PluginError line), and the command hands the resolved spec on instead of the string."""
+    return None if value is None else resolve_spec(value)
+
+
 attention_option = click.option(
     "--attention",
     "-a",
     default="causal",
     show_default=True,
+    callback=resolved_spec,
     help="Attention plugin spec, e.g. causal, sliding:256, sink:4,252 (see `pyllama plugins`).",
 )
 
 
-def steps_option(default: int, help: str):
+def steps_option(default: int | None, help: str):
     return click.option(
         "-n",
         "--steps",
         type=int,
         default=default,
-        show_default=True,
+        show_default=default is not None,
         callback=_in_range(options.check_steps),
         help=help,
     )

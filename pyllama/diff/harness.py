@@ -17,8 +17,10 @@ values of ``metrics.py``'s numpy.
 A sequence longer than one plugin's ``max_positions`` is compared over the positions both hold,
 and the report says so.
 
+Each side's spec is resolved once, on entry (``registry.resolve_attention``): the resolved spec
+builds the plugin, names the side in the report (its canonical form) and keys its record.
 Side A, the reference, is recorded on disk when it is a built-in plugin of a model file, and a
-later diff with the same model file, spec and probe replays it instead of running it
+later diff with the same model file, canonical spec and probe replays it instead of running it
 (:mod:`pyllama.diff.side_cache`, :class:`pyllama.diff.sides.ReplaySide`): the same report, one
 forward per position instead of two, and the live side takes the whole thread budget.
 """
@@ -34,16 +36,18 @@ import numpy as np
 
 from pyllama.attention.base import Attention
 from pyllama.attention.guard import plugin_calls, plugin_label
-from pyllama.attention.registry import create_plugin
+from pyllama.attention.registry import create_plugin, resolve_attention
+from pyllama.attention.spec import PluginSpec
 from pyllama.diff import metrics
 from pyllama.diff._metrics import compare
 from pyllama.diff.probes import Probe, ProbeSource, load_probe
 from pyllama.diff.report import DiffReport, RecallRow, SegmentInfo
 from pyllama.diff.retrieval_scores import diff_rows
-from pyllama.diff.side_cache import SideCache, builtin_spec, model_fingerprint, probe_fingerprint
+from pyllama.diff.side_cache import SideCache, model_fingerprint, probe_fingerprint, recorded_spec
 from pyllama.diff.sides import LiveSide, ReplaySide
 from pyllama.engine import Engine
 from pyllama.errors import InputError
+from pyllama.outputs import diff_inputs
 
 if TYPE_CHECKING:
     from pyllama.checkpoint.weights import Weights
@@ -58,8 +62,8 @@ PROGRESS_MIN_POSITIONS = 2000  # show a progress bar (on a terminal) for probes 
 def run_diff(
     config: ModelConfig,
     weights: Weights,
-    a: str | Attention | None,
-    b: str | Attention | None,
+    a: str | PluginSpec | Attention | None,
+    b: str | PluginSpec | Attention | None,
     probe: ProbeSource = "standard",
     *,
     tokenizer: Tokenizer | None = None,
@@ -74,12 +78,13 @@ def run_diff(
 ) -> DiffReport:
     """Teacher-force ``probe`` through plugins ``a`` and ``b`` on one set of weights: a DiffReport.
 
-    ``tokenizer`` turns a probe's text into ids (not needed for token ids); ``threads``: the budget
-    of both engines together (default 1); ``name``: the model, for the report. ``blocks=False`` runs
-    one forward per position instead of blocks of ``block`` positions: the same report (timing
-    aside), slower; for checking the block path. ``greedy``: on a retrieval probe, decode the greedy
-    answer for real where a side's chain leaves the key (its prompt runs again; see
-    :mod:`pyllama.diff.retrieval_scores`).
+    ``a``, ``b``: spec strings (resolved here, once), PluginSpecs (``resolve_spec``, used as they
+    are) or Attention instances; the report names each by its canonical spec. ``tokenizer`` turns
+    a probe's text into ids (not needed for token ids); ``threads``: the budget of both engines
+    together (default 1); ``name``: the model, for the report. ``blocks=False`` runs one forward per
+    position instead of blocks of ``block`` positions: the same report (timing aside), slower.
+    ``greedy``: on a retrieval probe, decode the greedy answer for real where a side's chain leaves
+    the key (its prompt runs again; see :mod:`pyllama.diff.retrieval_scores`).
 
     ``cache`` with ``model_file`` (the file ``weights`` were read from): replay a side whose
     recorded run exists, and record side A when it is a built-in plugin (:mod:`pyllama.diff.side_cache`;
@@ -89,6 +94,7 @@ def run_diff(
     block = max(1, min(block, BLOCK_VALUES // config.vocab_size))
     if isinstance(a, Attention) and a is b:
         raise InputError("diff needs two plugin instances (each owns its cache): pass two specs or two objects")
+    a, b = resolve_attention(a), resolve_attention(b)
     pr = load_probe(probe, tokenizer, config.seq_len)
     _check_probe_ids(pr, config.vocab_size)
     total_threads = max(1, int(threads or 1))
@@ -134,6 +140,7 @@ def run_diff(
         replayed=[s for s, side in zip("AB", sides, strict=True) if side.replayed],
         seconds=time.perf_counter() - t_start,
         threads=total_threads,
+        inputs=diff_inputs(model_file, tokenizer, probe, a, b),
         **cols,
     )
 
@@ -164,12 +171,13 @@ def _rows_of(pr: Probe):
 
 
 def _record_keys(store: SideCache | None, model_file, config: ModelConfig, pr: Probe, a, b) -> list[str | None]:
-    """Each side's record key: None when there is no cache, no model file or not a built-in plugin."""
+    """Each side's record key, on the canonical spec its report shows: None when there is no cache,
+    no model file or not a built-in plugin."""
     model = model_fingerprint(model_file) if store is not None else None
     if model is None:
         return [None, None]
     probe = probe_fingerprint([seg.tokens for seg in pr.segments])
-    specs = [builtin_spec(spec) for spec in (a, b)]
+    specs = [recorded_spec(side) for side in (a, b)]
     return [SideCache.key(model, spec, repr(config), probe) if spec else None for spec in specs]
 
 
@@ -190,7 +198,7 @@ def _progress_bar(progress: bool | None, total: int, sides: list[LiveSide | Repl
     """A tqdm bar over the positions (None: none); ``progress`` None: only for long probes, on a terminal."""
     if not (progress if progress is not None else total >= PROGRESS_MIN_POSITIONS):
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: tqdm only when a bar is shown
 
     desc = f"diff {sides[0].label} vs {sides[1].label}"
     return tqdm(total=total, unit="pos", desc=desc, leave=False, disable=None if progress is None else False)

@@ -22,8 +22,9 @@ from functools import cached_property
 import numpy as np
 
 from pyllama.diff.metrics import perplexity
-from pyllama.diff.report_text import _g, report_table
+from pyllama.diff.report_text import report_table, sig3
 from pyllama.diff.retrieval_scores import RetrievalRow, summarize
+from pyllama.outputs import check_outputs
 
 
 @dataclass
@@ -89,6 +90,7 @@ class DiffReport:
     replayed: list[str] = field(default_factory=list)  # "A"/"B": sides replayed from a recorded run
     seconds: float = 0.0
     threads: int = 1
+    inputs: dict[str, str] = field(default_factory=dict)  # the files the diff read: no writer replaces them
 
     # ---- derived per position -----------------------------------------------------------------
     @property
@@ -239,7 +241,7 @@ class DiffReport:
     def to_pandas(self):
         """A DataFrame with one row per compared position (needs pandas)."""
         try:
-            import pandas as pd
+            import pandas as pd  # lazy here and below: pandas only for a DataFrame
         except ImportError as exc:  # pragma: no cover - pandas is optional
             raise ImportError("DiffReport.to_pandas() needs pandas: pip install pandas") from exc
         return pd.DataFrame(self.columns())
@@ -266,11 +268,13 @@ class DiffReport:
         }
 
     def to_json(self, path: str | os.PathLike) -> None:
+        check_outputs(self.inputs, {"DiffReport.to_json": path})
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_dict(), f, allow_nan=False, default=_jsonable)
             f.write("\n")
 
     def to_csv(self, path: str | os.PathLike) -> None:
+        check_outputs(self.inputs, {"DiffReport.to_csv": path})
         cols = self.columns()
         with open(path, "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
@@ -281,8 +285,10 @@ class DiffReport:
     # ---- display --------------------------------------------------------------------------------
     def plot(self, path: str | os.PathLike | None = None):
         """The overview figure (divergence, per-layer error, memory, recall); saved when ``path`` is given."""
-        from pyllama.plots import report_figure
+        from pyllama.plots import report_figure  # lazy: matplotlib only when a figure is drawn
 
+        if path is not None:
+            check_outputs(self.inputs, {"DiffReport.plot": path})
         fig = report_figure(self)
         if path is not None:
             fig.savefig(path, dpi=120, bbox_inches="tight")
@@ -298,7 +304,7 @@ class DiffReport:
         s = self.summary
         return (
             f"DiffReport({self.a} vs {self.b}, {self.probe}: {self.n_positions} positions, "
-            f"max|Δlogit| {_g(s['max_abs_dlogit'])}, mean KL {_g(s['mean_kl'])}, "
+            f"max|Δlogit| {sig3(s['max_abs_dlogit'])}, mean KL {sig3(s['mean_kl'])}, "
             f"top-1 {100 * s['top1_agreement']:.1f}%, ppl B/A {s['ppl_ratio']:.4f})"
         )
 

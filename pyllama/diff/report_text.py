@@ -2,7 +2,7 @@
 
 A header, one line per sequence, the summary (exactness verdict, KL, agreement, first difference,
 first non-finite value, perplexity, memory, per-layer error), then the recall and retrieval sections
-when the probe has them. Numbers are shortened by ``_g`` (three significant digits, 0 as "0").
+when the probe has them. Numbers are shortened by ``sig3`` (three significant digits, 0 as "0").
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def sequence_lines(report: DiffReport) -> list[str]:
             continue
         last = np.nonzero(rows)[0][-1]
         out.append(
-            f"{seg.name:<{w}}{int(rows.sum()):>10}{_g(report.max_abs_dlogit[rows].max()):>13}"
-            f"{_g(report.kl[rows].mean()):>10}{_g(report.kl[rows].max()):>10}"
+            f"{seg.name:<{w}}{int(rows.sum()):>10}{sig3(report.max_abs_dlogit[rows].max()):>13}"
+            f"{sig3(report.kl[rows].mean()):>10}{sig3(report.kl[rows].max()):>10}"
             f"{100 * report.agree[rows].mean():>7.1f}%{perplexity(report.logp_a[rows]):>9.3f}"
             f"{perplexity(report.logp_b[rows]):>9.3f}{int(report.mem_a[last]):>12,}{int(report.mem_b[last]):>12,}"
         )
@@ -65,8 +65,8 @@ def summary_lines(s: dict) -> list[str]:
     """The summary block, from ``DiffReport.summary``."""
     verdict = "EXACT: every logit bit-identical" if s["exact"] else "differs"
     out = [
-        f"max |Δlogit|        {_g(s['max_abs_dlogit'])}   ({verdict})",
-        f"KL(A‖B) nats        mean {_g(s['mean_kl'])}, p99 {_g(s['p99_kl'])}, max {_g(s['max_kl'])}",
+        f"max |Δlogit|        {sig3(s['max_abs_dlogit'])}   ({verdict})",
+        f"KL(A‖B) nats        mean {sig3(s['mean_kl'])}, p99 {sig3(s['p99_kl'])}, max {sig3(s['max_kl'])}",
         f"top-1 agreement     {100 * s['top1_agreement']:.2f}%",
     ]
     fd = s["first_diff"]
@@ -84,7 +84,7 @@ def summary_lines(s: dict) -> list[str]:
         f"A {s['bytes_last_a']:,} B ({s['bytes_ratio_a']:.3g}x causal), "
         f"B {s['bytes_last_b']:,} B ({s['bytes_ratio_b']:.3g}x causal)"
     )
-    errs = ", ".join(f"L{i} {_g(v)}" for i, v in enumerate(s["layer_err_mean"]))
+    errs = ", ".join(f"L{i} {sig3(v)}" for i, v in enumerate(s["layer_err_mean"]))
     first_layer = s["first_diff_layer"]
     out.append(
         f"attention out err   mean rel. L2 by layer: {errs}"
@@ -102,7 +102,7 @@ def recall_lines(report: DiffReport) -> list[str]:
     for r in report.recall:
         if r.mention == 0:
             continue
-        out.append(f"{r.segment:<14}{r.name:<8}{r.position:>9}{r.distance:>9}{_g(r.p_a):>11}{_g(r.p_b):>11}")
+        out.append(f"{r.segment:<14}{r.name:<8}{r.position:>9}{r.distance:>9}{sig3(r.p_a):>11}{sig3(r.p_b):>11}")
     return out
 
 
@@ -119,7 +119,7 @@ def retrieval_table(rows: list[RetrievalRow], s: dict) -> list[str]:
         cells = []
         for sc in (r.a, r.b):
             greedy = "-" if sc.greedy is None else repr(sc.greedy.strip())[:9]
-            cells.append(f"{_g(sc.p):>10}{sc.max_rank:>8}{greedy:>10}")
+            cells.append(f"{sig3(sc.p):>10}{sc.max_rank:>8}{greedy:>10}")
         if r.kind == "copy":
             verdict = f"loss A {r.a.loss:.3f}, B {r.b.loss:.3f} nats/token"
         else:
@@ -141,7 +141,8 @@ def retrieval_table(rows: list[RetrievalRow], s: dict) -> list[str]:
     return out
 
 
-def _g(x: float) -> str:
+def sig3(x: float) -> str:
+    """``x`` in three significant digits (0 as "0"): how the report prints its numbers."""
     x = float(x)
     if x == 0:
         return "0"

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_label
-from pyllama.attention.registry import create_plugin
+from pyllama.attention.registry import create_plugin, resolve_attention
 from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
 from pyllama.diff._capture import DiffCapture
@@ -43,6 +43,7 @@ from pyllama.errors import InputError
 
 if TYPE_CHECKING:
     from pyllama.attention.base import Attention
+    from pyllama.attention.spec import PluginSpec
     from pyllama.model import Model
 
 __all__ = ["KeyScore", "RetrievalRow", "RetrievalRun", "greedy_decode", "score_retrieval", "teacher_rank"]
@@ -209,7 +210,7 @@ class RetrievalRun:
 
 def score_retrieval(
     model: Model,
-    attention: str | Attention | None,
+    attention: str | PluginSpec | Attention | None,
     probe: ProbeSource,
     threads: int | None = None,
     greedy: bool = False,
@@ -222,6 +223,7 @@ def score_retrieval(
     in a diff (the same bits; tested). ``greedy=True`` decodes for real where the chain leaves the key."""
     t0 = time.perf_counter()
     config = model.config
+    attention = resolve_attention(attention)  # once: it builds the plugin and names it (canonical spec)
     pr = load_probe(probe, model.tokenizer, config.seq_len)
     label = plugin_label(attention)
     plugin = create_plugin(attention)

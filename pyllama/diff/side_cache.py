@@ -43,7 +43,11 @@ from pathlib import Path
 
 import numpy as np
 
+from pyllama.attention.base import Attention
+from pyllama.attention.spec import PluginSpec
 from pyllama.errors import InputError
+from pyllama.hub import cache_dir
+from pyllama.version import __version__
 
 FORMAT = 1
 CACHE_ENV = "PYLLAMA_DIFF_CACHE"
@@ -67,10 +71,8 @@ def _limit_gib() -> float:
 @lru_cache(maxsize=1)
 def engine_fingerprint() -> str:
     """pyllama's version and the size and mtime of every compiled module (a rebuild changes it)."""
-    import pyllama
-
-    root = Path(pyllama.__file__).parent
-    parts = [pyllama.__version__]
+    root = Path(__file__).resolve().parents[1]  # the pyllama package
+    parts = [__version__]
     for path in sorted(root.rglob("*.so")) + sorted(root.rglob("*.pyd")):
         st = path.stat()
         parts.append(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
@@ -87,22 +89,10 @@ def model_fingerprint(path: str | os.PathLike) -> str | None:
     return f"{real}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def builtin_spec(spec: object) -> str | None:
-    """The canonical spec of a built-in plugin (None: ``causal``); None for anything else."""
-    from pyllama.attention.registry import BUILTINS, _registered, resolve_spec
-    from pyllama.attention.spec import split_spec
-
-    if spec is None:
-        spec = "causal"
-    if not isinstance(spec, str):
-        return None
-    try:
-        name, file_class, _ = split_spec(spec)
-        if file_class is not None or name not in BUILTINS or _registered.get(name, (None, "built-in"))[1] != "built-in":
-            return None
-        return resolve_spec(spec)[2]
-    except Exception:  # a bad spec is reported by the diff itself, with its own message
-        return None
+def recorded_spec(side: PluginSpec | Attention) -> str | None:
+    """The spec a side's record is keyed on: a built-in plugin's canonical spec (the one its
+    report shows); None for an instance, a file, an entry point or a registered class."""
+    return side.canonical if isinstance(side, PluginSpec) and side.builtin else None
 
 
 def probe_fingerprint(segments: Sequence[np.ndarray]) -> str:
@@ -205,8 +195,6 @@ class SideCache:
                 return None
             if env and not off:
                 return cls(env)
-            from pyllama.hub import cache_dir
-
             return cls(cache_dir() / "diff-sides")
         return cls(option)
 

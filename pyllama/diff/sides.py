@@ -16,6 +16,7 @@ import numpy as np
 from pyllama.attention.base import Attention
 from pyllama.attention.guard import plugin_calls
 from pyllama.attention.registry import create_plugin
+from pyllama.attention.spec import PluginSpec
 from pyllama.diff._block import classify_block
 from pyllama.diff._capture import DiffCapture
 from pyllama.diff._metrics import RowSoftmax
@@ -124,7 +125,7 @@ class ReplaySide:
     def __init__(
         self,
         label: str,
-        spec: str | Attention | None,
+        spec: PluginSpec | Attention,
         record: SideRecord,
         block: int,
         config: ModelConfig,

@@ -16,13 +16,13 @@ from pyllama.plots.style import (
     DLOGIT_LINTHRESH,
     KL_LINTHRESH,
     SERIES_STYLES,
-    _by_position,
-    _check_reports,
-    _compare_title,
-    _context_line,
-    _legend_below,
-    _moving_mean,
-    _series,
+    by_position,
+    check_reports,
+    compare_title,
+    context_line,
+    legend_below,
+    moving_mean,
+    series_style,
 )
 
 if TYPE_CHECKING:
@@ -35,15 +35,15 @@ def compare_divergence_figure(reports: Sequence[DiffReport], *, smooth: int = 1,
     """max |Δlogit| (worst over sequences) and KL(A ‖ B) (mean over sequences) against position, one line
     per report (plugin B of each; all against the same plugin A). ``smooth`` > 1 draws a trailing moving
     mean over that many positions; ``context`` marks the trained context with a vertical line."""
-    reports = _check_reports(reports)
+    reports = check_reports(reports)
     fig = Figure(figsize=(10, 7), layout="constrained")
     ax1, ax2 = fig.subplots(2, 1, sharex=True)
     for i, r in enumerate(reports):
-        style = _series(i)
-        x, y = _by_position(r, r.max_abs_dlogit, "max")
-        ax1.plot(*_moving_mean(x, y, smooth), lw=1.0, label=r.b, **style)
-        x, y = _by_position(r, r.kl, "mean")
-        ax2.plot(*_moving_mean(x, y, smooth), lw=1.0, label=r.b, **style)
+        style = series_style(i)
+        x, y = by_position(r, r.max_abs_dlogit, "max")
+        ax1.plot(*moving_mean(x, y, smooth), lw=1.0, label=r.b, **style)
+        x, y = by_position(r, r.kl, "mean")
+        ax2.plot(*moving_mean(x, y, smooth), lw=1.0, label=r.b, **style)
     over = f", moving mean over {smooth} positions" if smooth > 1 else ""
     ax1.set_yscale("symlog", linthresh=DLOGIT_LINTHRESH)
     ax1.set_ylabel("max |Δlogit| [logit units]")
@@ -53,10 +53,10 @@ def compare_divergence_figure(reports: Sequence[DiffReport], *, smooth: int = 1,
     ax2.set_title(f"KL divergence of the next-token distributions (mean over sequences{over})")
     ax2.set_xlabel("position in sequence [tokens]")
     for ax in (ax1, ax2):
-        _context_line(ax, context)
+        context_line(ax, context)
         ax.grid(alpha=0.3, which="major")
-    _legend_below(fig, ax2, len(reports) + bool(context))
-    fig.suptitle(_compare_title(reports))
+    legend_below(fig, ax2, len(reports) + bool(context))
+    fig.suptitle(compare_title(reports))
     return fig
 
 
@@ -65,21 +65,21 @@ def compare_memory_figure(reports: Sequence[DiffReport], *, context: int | None 
     dense cache of every position holds for reference. Log scale (symmetric log with zero on the axis if
     a plugin ever holds nothing), so flat, logarithmic and linear growth all read at once; the line widths
     and styles differ so that equal curves stay visible."""
-    reports = _check_reports(reports)
+    reports = check_reports(reports)
     fig = Figure(figsize=(10, 5), layout="constrained")
     ax = fig.subplots()
     n = len(reports)
     last = 0
     lowest = np.inf
     for i, r in enumerate(reports):
-        x, mem = _by_position(r, r.mem_b.astype(np.float64), "max")
+        x, mem = by_position(r, r.mem_b.astype(np.float64), "max")
         if x.size:
             last = max(last, int(x[-1]))
             lowest = min(lowest, float(mem.min()))
         ax.plot(
             x,
             mem / 1024,
-            color=_series(i)["color"],
+            color=series_style(i)["color"],
             ls=SERIES_STYLES[i % len(SERIES_STYLES)],
             lw=1.2 + 1.6 * (n - 1 - i) / max(n - 1, 1),
             label=r.b,
@@ -95,7 +95,7 @@ def compare_memory_figure(reports: Sequence[DiffReport], *, context: int | None 
         label="dense cache (every position)",
         zorder=1,
     )
-    _context_line(ax, context)
+    context_line(ax, context)
     if lowest > 0:
         ax.set_yscale("log")
         ax.set_ylabel("cache held [KiB, log scale]")
@@ -106,8 +106,8 @@ def compare_memory_figure(reports: Sequence[DiffReport], *, context: int | None 
     ax.set_xlabel("position in sequence [tokens]")
     ax.set_title("memory_bytes() after each position (largest over sequences)")
     ax.grid(alpha=0.3, which="major")
-    _legend_below(fig, ax, n + 1 + bool(context))
-    fig.suptitle(_compare_title(reports))
+    legend_below(fig, ax, n + 1 + bool(context))
+    fig.suptitle(compare_title(reports))
     return fig
 
 
@@ -132,7 +132,7 @@ def pareto_figure(reports: Sequence[DiffReport]) -> Figure:
     grey staircase, and the dense cache's bytes at the same position as a dotted line. KL is on a
     symmetric log scale whose linear part ends a decade below the smallest non-zero KL, so exact
     plugins (KL 0) sit on the bottom edge."""
-    reports = _check_reports(reports)
+    reports = check_reports(reports)
     fig = Figure(figsize=(9, 6), layout="constrained")
     ax = fig.subplots()
     markers = ("o", "s", "D", "^", "v", "P", "X", "<", ">")
@@ -143,7 +143,7 @@ def pareto_figure(reports: Sequence[DiffReport]) -> Figure:
             mem[i],
             kl[i],
             s=55,
-            color=_series(i)["color"],
+            color=series_style(i)["color"],
             marker=markers[i % len(markers)],
             label=r.b,
             zorder=3,
@@ -177,8 +177,8 @@ def pareto_figure(reports: Sequence[DiffReport]) -> Figure:
     ax.set_ylabel(f"mean KL({reports[0].a} ‖ plugin) over the probe [nats]")
     ax.set_title("divergence against memory: down and left is better")
     ax.grid(alpha=0.3, which="major")
-    _legend_below(fig, ax, len(reports) + 2)
-    fig.suptitle(_compare_title(reports))
+    legend_below(fig, ax, len(reports) + 2)
+    fig.suptitle(compare_title(reports))
     return fig
 
 
@@ -201,14 +201,16 @@ def nll_figure(
         x = np.arange(y.shape[0])
         keep = np.isfinite(y)
         # the first curve on top: where curves coincide (inside the context) the reference stays visible
-        ax.plot(*_moving_mean(x[keep], y[keep], smooth), lw=1.2, label=label, zorder=2 + len(curves) - i, **_series(i))
-    _context_line(ax, context)
+        ax.plot(
+            *moving_mean(x[keep], y[keep], smooth), lw=1.2, label=label, zorder=2 + len(curves) - i, **series_style(i)
+        )
+    context_line(ax, context)
     over = f", moving mean over {smooth} positions" if smooth > 1 else ""
     ax.set_ylabel(f"NLL [nats{over}]")
     ax.set_xlabel("position in sequence [tokens]")
     ax.set_title(title)
     ax.grid(alpha=0.3, which="major")
-    _legend_below(fig, ax, len(curves) + bool(context))
+    legend_below(fig, ax, len(curves) + bool(context))
     return fig
 
 
@@ -234,7 +236,7 @@ def study_pareto_figure(table, *, x: str = "bytes_last_b", y: str = "mean_kl", f
                 continue
             mem = cells[x].to_numpy(dtype=np.float64) / 1024
             kl = cells[y].to_numpy(dtype=np.float64)
-            color = _series(i)["color"]
+            color = series_style(i)["color"]
             label = name.rsplit("/", 1)[-1]
             ax.scatter(mem, kl, s=40, color=color, marker=markers[i % len(markers)], label=label, zorder=3,
                        edgecolors="white", linewidths=0.5)  # fmt: skip
@@ -256,6 +258,6 @@ def study_pareto_figure(table, *, x: str = "bytes_last_b", y: str = "mean_kl", f
         ax.set_ylabel(f"{y} [nats]")
         ax.set_title(f"{Path(str(model)).name}, probe {Path(str(probe)).name}", fontsize="medium")
         ax.grid(alpha=0.3, which="major")
-    _legend_below(fig, axes[0], len(families) + 1)
+    legend_below(fig, axes[0], len(families) + 1)
     fig.suptitle("memory against divergence: each plugin family's cells and Pareto front")
     return fig

@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
+from pyllama.plots.retrieval import mark_retrieval, retrieval_caption
 from pyllama.plots.style import (
     COLOR_A,
     COLOR_B,
@@ -16,7 +17,7 @@ from pyllama.plots.style import (
     DLOGIT_LINTHRESH,
     KL_LINTHRESH,
     OKABE_ITO,
-    _by_position,
+    by_position,
 )
 
 if TYPE_CHECKING:
@@ -24,26 +25,30 @@ if TYPE_CHECKING:
 
 
 def _title(report) -> str:
-    return f"{report.b} vs {report.a} — {report.probe} probe, {report.model.rsplit('/', 1)[-1]}"
+    title = f"{report.b} vs {report.a} — {report.probe} probe, {report.model.rsplit('/', 1)[-1]}"
+    caption = retrieval_caption(report)
+    return title if caption is None else f"{title}\n{caption}"
 
 
 def _draw_dlogit(ax, report) -> None:
-    x, y = _by_position(report, report.max_abs_dlogit, "max")
+    x, y = by_position(report, report.max_abs_dlogit, "max")
     ax.plot(x, y, color=COLOR_B, lw=1.0, label="max over sequences")
     ax.set_yscale("symlog", linthresh=DLOGIT_LINTHRESH)
     ax.set_ylabel("max |Δlogit|")
     ax.set_title("logit difference")
     _mark_first_diff(ax, report)
+    mark_retrieval(ax, report)
 
 
 def _draw_kl(ax, report) -> None:
-    x, y = _by_position(report, report.kl, "mean")
-    _, ymax = _by_position(report, report.kl, "max")
+    x, y = by_position(report, report.kl, "mean")
+    _, ymax = by_position(report, report.kl, "max")
     ax.plot(x, ymax, color=OKABE_ITO["orange"], lw=0.8, alpha=0.8, label="max over sequences")
     ax.plot(x, y, color=COLOR_B, lw=1.2, label="mean over sequences")
     ax.set_yscale("symlog", linthresh=KL_LINTHRESH)
     ax.set_ylabel("KL(A ‖ B) [nats]")
     ax.set_title("KL divergence of the next-token distributions")
+    mark_retrieval(ax, report)
     ax.legend(loc="lower right", fontsize="small", frameon=False)
     _mark_first_diff(ax, report)
 
@@ -68,7 +73,7 @@ def _draw_layers(ax, report, fig) -> None:
     n = int(pos.max()) + 1 if pos.size else 1
     grid = np.zeros((L, n))
     for layer in range(L):
-        x, y = _by_position(report, report.layer_err[:, layer], "mean")
+        x, y = by_position(report, report.layer_err[:, layer], "mean")
         grid[layer, x] = y
     positive = grid[np.isfinite(grid) & (grid > 0)]
     if positive.size:
@@ -102,8 +107,8 @@ def _draw_layers(ax, report, fig) -> None:
 
 
 def _draw_memory(ax, report) -> None:
-    x, ma = _by_position(report, report.mem_a.astype(np.float64), "max")
-    _, mb = _by_position(report, report.mem_b.astype(np.float64), "max")
+    x, ma = by_position(report, report.mem_a.astype(np.float64), "max")
+    _, mb = by_position(report, report.mem_b.astype(np.float64), "max")
     causal = (x + 1) * report.kv_bytes_per_position
     ax.plot(x, ma / 1024, color=COLOR_A, lw=1.6, label=f"A: {report.a}")
     ax.plot(x, mb / 1024, color=COLOR_B, lw=1.6, ls="-." if np.array_equal(ma, mb) else "-", label=f"B: {report.b}")

@@ -1,5 +1,7 @@
 """Figures of the retrieval probes: the needle heatmap (depth x haystack length, one panel per plugin)
-and the key's probability against its distance from the answer.
+and the key's probability against its distance from the answer; and what a diff's per-position
+figures show of a retrieval probe (``mark_retrieval``, ``retrieval_caption``): where the needle and
+the answer are, and P(key) on each side.
 
 Both take the scored plugins as a list of ``DiffReport`` (its side B; ``sides="ab"`` draws A too),
 ``RetrievalRun`` (``pyllama.diff.retrieval_scores.score_retrieval``), or a mapping of a label to a
@@ -15,12 +17,14 @@ import numpy as np
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
-from pyllama.plots.style import _legend_below, _series
+from pyllama.plots.style import OKABE_ITO, legend_below, series_style
 
 if TYPE_CHECKING:
     from pyllama.diff.retrieval_scores import KeyScore, RetrievalRow
 
 P_FLOOR = 1e-8  # the colour scale's floor: a key the plugin gives less than this is drawn as this
+NEEDLE_COLOR = OKABE_ITO["green"]
+ANSWER_COLOR = OKABE_ITO["sky_blue"]
 
 
 def _scored(results: Any, sides: str = "b") -> list[tuple[str, list[tuple[RetrievalRow, KeyScore]]]]:
@@ -92,7 +96,7 @@ def key_distance_figure(results: Any, *, sides: str = "b", context: int | None =
         x = np.array([r.distance for r, _ in pairs])
         y = np.array([max(s.p, P_FLOOR) for _, s in pairs])
         hit = np.array([s.retrieves for _, s in pairs])
-        style = _series(i)
+        style = series_style(i)
         ax.plot(x, y, lw=1.0, label=label, **style)
         ax.plot(x[hit], y[hit], "o", color=style["color"], ms=5)
         ax.plot(x[~hit], y[~hit], "o", color=style["color"], ms=5, mfc="white")
@@ -105,8 +109,44 @@ def key_distance_figure(results: Any, *, sides: str = "b", context: int | None =
     ax.set_ylabel("P(key), teacher-forced (log)")
     ax.set_title("key probability against distance; filled = retrieves (every key token rank 1)")
     ax.grid(alpha=0.3, which="both")
-    _legend_below(fig, ax, len(plugins))
+    legend_below(fig, ax, len(plugins))
     return fig
+
+
+def mark_retrieval(ax, report) -> None:
+    """On an axis against position: each retrieval sequence's needle (a dashed line at the key's
+    first token in the haystack; the first copy's for ``copy``) and answer (the span of the scored
+    tokens after the question). Nothing for a probe without retrieval sequences."""
+    for i, r in enumerate(report.retrieval):
+        score = r.a if r.a is not None else r.b
+        n = len(score.ranks) if score is not None else 1
+        first = i == 0  # one legend entry each
+        ax.axvline(r.needle, color=NEEDLE_COLOR, ls="--", lw=0.9, label="needle" if first else "_nolegend_")
+        ax.axvspan(
+            r.answer - 0.5, r.answer + n - 0.5, color=ANSWER_COLOR, alpha=0.3, lw=0,
+            label="answer" if first else "_nolegend_",
+        )  # fmt: skip
+
+
+def retrieval_caption(report) -> str | None:
+    """P(key) teacher-forced on each side (and whether each retrieves the key), for a figure's title:
+    the values of a single passkey sequence, else the keys retrieved and the mean log10 P(key)."""
+    rows = [r for r in report.retrieval if r.kind == "passkey" and r.a is not None and r.b is not None]
+    if not rows:
+        return None
+    if len(rows) == 1:
+        a, b = rows[0].a, rows[0].b
+        said = {True: "retrieved", False: "not retrieved"}
+        return f"P(key): A {a.p:.3g}, B {b.p:.3g} (A {said[a.retrieves]}, B {said[b.retrieves]})"
+
+    def mean_log10(side: str) -> float:
+        return float(np.mean([getattr(r, side).logp for r in rows])) / np.log(10)
+
+    hits = {side: sum(getattr(r, side).retrieves for r in rows) for side in "ab"}
+    return (
+        f"keys retrieved: A {hits['a']}/{len(rows)}, B {hits['b']}/{len(rows)}; "
+        f"mean log10 P(key): A {mean_log10('a'):.3g}, B {mean_log10('b'):.3g}"
+    )
 
 
 def _wrap(spec: str, width: int = 34) -> str:

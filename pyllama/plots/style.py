@@ -38,7 +38,7 @@ DLOGIT_LINTHRESH = 1e-6  # symlog axes: exact zeros stay visible, anything above
 KL_LINTHRESH = 1e-8
 
 
-def _by_position(report, values: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
+def by_position(report, values: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
     """(positions, value per position) aggregated over sequences: "max" or "mean"."""
     pos = report.position.astype(np.int64)
     if pos.size == 0:
@@ -54,13 +54,13 @@ def _by_position(report, values: np.ndarray, how: str) -> tuple[np.ndarray, np.n
     return np.nonzero(keep)[0], out[keep]
 
 
-def _series(i: int) -> dict:
+def series_style(i: int) -> dict:
     """Colour and line style of the i-th plugin in a comparison figure."""
     n = len(SERIES_COLORS)
     return {"color": SERIES_COLORS[i % n], "ls": SERIES_STYLES[(i // n) % len(SERIES_STYLES)]}
 
 
-def _moving_mean(x: np.ndarray, y: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+def moving_mean(x: np.ndarray, y: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
     """Trailing mean over ``width`` consecutive points, drawn at the last one (width <= 1: unchanged)."""
     width = min(int(width), y.shape[0])
     if width <= 1:
@@ -68,14 +68,14 @@ def _moving_mean(x: np.ndarray, y: np.ndarray, width: int) -> tuple[np.ndarray, 
     return x[width - 1 :], np.convolve(y, np.ones(width) / width, mode="valid")
 
 
-def _check_reports(reports: Sequence[DiffReport]) -> list[DiffReport]:
+def check_reports(reports: Sequence[DiffReport]) -> list[DiffReport]:
     reports = list(reports)
     if not reports:
         raise ValueError("the comparison figures need at least one DiffReport")
     return reports
 
 
-def _compare_title(reports: list[DiffReport]) -> str:
+def compare_title(reports: list[DiffReport]) -> str:
     refs = sorted({r.a for r in reports})
     probes = sorted({r.probe for r in reports})
     models = sorted({r.model.rsplit("/", 1)[-1] for r in reports})
@@ -87,12 +87,12 @@ def _compare_title(reports: list[DiffReport]) -> str:
     )
 
 
-def _context_line(ax: Axes, context: int | None) -> None:
+def context_line(ax: Axes, context: int | None) -> None:
     if context:
         ax.axvline(context, color="grey", ls=":", lw=1.0, label=f"trained context ({context})")
 
 
-def _legend_below(fig: Figure, ax: Axes, n_items: int) -> None:
+def legend_below(fig: Figure, ax: Axes, n_items: int) -> None:
     handles, labels = ax.get_legend_handles_labels()
     width, height = fig.get_size_inches()
     # as many columns as the longest label allows (small font: ~0.065 in per character), so long

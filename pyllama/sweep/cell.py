@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from pyllama.errors import PyllamaError
+from pyllama.model import Model
+from pyllama.version import __version__
 
 __all__ = ["Cell", "run_cell", "summary_columns"]
 
@@ -108,8 +111,6 @@ def one_line(exc: BaseException) -> str:
 
 def worker_model(path: str, tokenizer: str | None):
     """The model of ``path``, mapped once per process and reused by every later cell."""
-    from pyllama.model import Model
-
     key = (path, tokenizer)
     model = _MODELS.get(key)
     if model is None:
@@ -121,11 +122,6 @@ def worker_model(path: str, tokenizer: str | None):
 def pinned_threads(threads: int):
     """BLAS/OpenMP pools of this process limited to ``threads`` while a cell runs (numpy's metrics
     must not oversubscribe the cores the other workers use); the engine takes its count explicitly."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a dependency; the engine's own count still holds
-        yield
-        return
     with threadpool_limits(limits=threads):
         yield
 
@@ -156,8 +152,6 @@ def _plain(v: Any) -> Any:
 
 def run_cell(cell: Cell, threads: int = 1, per_position: bool = False) -> tuple[dict[str, Any], dict | None]:
     """Run one diff; ``(row, per-position columns or None)``. Never raises for the cell's own failure."""
-    from pyllama import __version__
-
     row = cell.config_columns()
     positions = None
     t0 = time.perf_counter()

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
-from pyllama.sweep.study import plural
+from pyllama.sweep.runner import dry_run as plan_costs
+from pyllama.sweep.runner import run
+from pyllama.sweep.study import load_study, plural
 
 __all__ = ["EXIT_CELLS_FAILED", "sweep"]
 
@@ -72,10 +74,6 @@ def sweep(study, out, scheduler, workers, threads_per_cell, resume, dry_run, per
     written, each failed cell's error is printed, --resume runs them again);
     non-zero, with nothing run, when the study or an option is refused.
     """
-    from pyllama.sweep.runner import dry_run as plan_costs
-    from pyllama.sweep.runner import run
-    from pyllama.sweep.study import load_study
-
     loaded = load_study(study)
     out = out or str(Path(study).with_suffix(""))
     if dry_run:

@@ -10,6 +10,9 @@ Sizes and addresses are checked before any work: threads per cell within the eng
 cluster), a LocalCluster's workers × threads within it too, and an address distributed can connect
 to as written (a malformed one would fail inside ``Client`` with a traceback).
 
+Ctrl-C stops a local cluster's sweep in its own process alone (``dask_setup``): the workers ignore
+it and are stopped with the cluster, so no worker prints a traceback.
+
 A worker's BLAS/OpenMP pools are pinned to the cell's thread count (environment for a LocalCluster's
 processes, and ``threadpoolctl`` inside each cell for any cluster). The cells are submitted with
 ``retries``: a cell whose worker dies is run again elsewhere by the scheduler.
@@ -19,9 +22,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from contextlib import contextmanager
 
 from pyllama.errors import InputError
+from pyllama.model import default_threads
 from pyllama.options import THREADS_PER_CPU, check_threads, max_threads, usable_cpus
 from pyllama.sweep.study import plural
 
@@ -36,8 +42,6 @@ THREADS_NAME = "threads per cell"  # how messages name threads_per_cell / --thre
 
 
 def machine_cores() -> int:
-    from pyllama.model import default_threads
-
     return default_threads()
 
 
@@ -89,7 +93,7 @@ def check_address(address: str, origin: str = "--scheduler") -> str:
     wss); InputError naming ``origin`` (the option or variable it came from) otherwise. Checked before
     a Client exists: a Client that fails on its address leaves a half-made object whose finaliser
     waits 10 s and prints a traceback."""
-    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.addressing import parse_address, parse_host_port  # lazy, as below: Dask when a sweep runs
 
     expected = "expected tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786"
     try:
@@ -154,6 +158,7 @@ def cluster_client(
         scheduler_kwargs={"dashboard_address": LOOPBACK_ANY_PORT},  # its health routes: never a fixed port
         silence_logs=logging.ERROR,
         env=env,
+        preload=[__name__],  # dask_setup below, in each worker process
     )
     client = Client(cluster, set_as_default=False)
     try:
@@ -161,6 +166,15 @@ def cluster_client(
     finally:
         client.close()
         cluster.close()
+
+
+def dask_setup(worker) -> None:
+    """Run by each worker process of a local cluster as it starts (Dask's preload hook): Ctrl-C in
+    a terminal signals the whole process group, and a worker that took it would print its own
+    KeyboardInterrupt traceback. The sweep's own process takes it instead, cancels the cells and
+    closes the cluster, which stops the workers."""
+    if threading.current_thread() is threading.main_thread():  # only the main thread may set a handler
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _reason(exc: BaseException) -> str:

@@ -17,8 +17,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyllama.attention.registry import create_plugin
 from pyllama.diff.probes import PROBE_NAMES, RETRIEVAL_NAMES, Probe, is_probe_name, load_probe
 from pyllama.errors import PyllamaError
+from pyllama.hub import resolve
+from pyllama.model import Model
 from pyllama.sweep.budget import BudgetSizer
 from pyllama.sweep.cell import Cell
 from pyllama.sweep.study import GridPoint, Study
@@ -149,9 +152,6 @@ def _cell(
 
 
 def _load_model(study: Study, index: int, name: str) -> ModelEntry:
-    from pyllama.hub import resolve
-    from pyllama.model import Model
-
     where = f"models[{index}]"
     try:
         path = resolve(study.path(name))
@@ -180,8 +180,6 @@ def _load_model(study: Study, index: int, name: str) -> ModelEntry:
 
 def _max_positions(spec: str) -> int:
     """The positions a plugin holds as configured (0: the model's context)."""
-    from pyllama.attention.registry import create_plugin
-
     return int(create_plugin(spec).max_positions)
 
 

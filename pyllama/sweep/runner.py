@@ -7,13 +7,15 @@ from collections.abc import Callable
 
 from pyllama.diff.probes import is_probe_name
 from pyllama.options import check_threads
+from pyllama.outputs import check_outputs
 from pyllama.sweep.cell import run_cell
 from pyllama.sweep.cluster import THREADS_NAME, check_cluster_threads, cluster_client, local_size, scheduler_address
+from pyllama.sweep.cost import estimate
 from pyllama.sweep.plan import Plan, plan_study
 from pyllama.sweep.study import Study, load_study
-from pyllama.sweep.table import RowStore
+from pyllama.sweep.table import ROWS, RowStore, output_files
 
-__all__ = ["run", "dry_run"]
+__all__ = ["SweepInterrupted", "run", "dry_run"]
 
 # run_cell turns the diff's own failures into rows, so a task fails only outside it (a worker out of
 # memory, a result that cannot be sent); a cell whose worker dies is rescheduled by Dask on its own,
@@ -46,9 +48,13 @@ def run(
     and ``results.csv``; None keeps the rows in memory only. ``scheduler``: a Dask scheduler address
     (default ``DASK_SCHEDULER_ADDRESS``, else a LocalCluster sized to the machine); ``client``: an
     existing ``distributed.Client`` instead. ``resume``: skip cells already in ``out``'s table.
-    Threads per cell beyond the engine's limit (on this machine, or on the cluster's smallest worker)
-    and a malformed or unreachable scheduler are refused with InputError before any work.
+    Threads per cell beyond the engine's limit (on this machine, or on the cluster's smallest worker),
+    a malformed or unreachable scheduler, and an output in ``out`` that is one of the study's files
+    are refused with InputError before any work.
     """
+    if not isinstance(study, Study):
+        study = load_study(study)
+    check_outputs(study.input_files(), output_files(out, per_position))
     if client is None and scheduler_address(scheduler):
         # a remote scheduler is reached (or refused) before planning, which may measure budgets
         with cluster_client(scheduler, workers, threads_per_cell) as (remote, threads):
@@ -64,17 +70,35 @@ def run(
     plan = _plan(study, threads_per_cell or 1)
     store = RowStore(out, resume=resume)
     todo = [c for c in plan.cells if not store.done(c.key)]
-    if todo:
-        if client is not None:
+    try:
+        if todo and client is not None:
             _gather(client, todo, threads_per_cell or 1, per_position, retries, store, progress, on_row)
-        else:
+        elif todo:
             with cluster_client(None, workers, threads_per_cell) as (local, threads):
                 _gather(local, todo, threads, per_position, retries, store, progress, on_row)
+    except KeyboardInterrupt:
+        raise SweepInterrupted.of(plan, store) from None
     return store.write([c.key for c in plan.cells], per_position=per_position)
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sweep, after its cells were cancelled: what finished, where it is kept, and
+    how to run the rest (the message; ``pyllama sweep`` prints it as its one line)."""
+
+    @classmethod
+    def of(cls, plan: Plan, store: RowStore) -> SweepInterrupted:
+        total = len(plan.cells)
+        done = sum(store.done(c.key) for c in plan.cells)
+        if store.out is None:
+            return cls(f"{done} of {total} cells finished")
+        return cls(
+            f"{done} of {total} cells finished (kept in {store.out / ROWS}); "
+            f"run the same command with --resume to run the other {total - done}"
+        )
+
+
 def _gather(client, cells, threads, per_position, retries, store, progress, on_row) -> None:
-    from distributed import as_completed
+    from distributed import as_completed  # lazy: Dask only when a sweep runs
     from tqdm import tqdm  # the plain bar: tqdm.auto warns on stderr in a notebook without ipywidgets
 
     by_key = {}
@@ -106,9 +130,7 @@ def _gather(client, cells, threads, per_position, retries, store, progress, on_r
 def dry_run(study: Study | dict | str | os.PathLike, threads_per_cell: int = 1, out: str | os.PathLike | None = None):
     """The cells of ``study`` with their estimated cost, run nothing: a DataFrame with ``positions``,
     ``bytes_streamed`` and ``est_seconds`` per cell, and ``done`` for cells already in ``out``'s table."""
-    import pandas as pd
-
-    from pyllama.sweep.cost import estimate
+    import pandas as pd  # lazy: pandas only for the DataFrame a dry run returns
 
     check_threads(threads_per_cell, name=THREADS_NAME, allow_default=False)  # the estimates run here
     plan = _plan(study, threads_per_cell)

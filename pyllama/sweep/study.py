@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from pyllama.attention.registry import create_plugin, plugin_knobs, resolve_spec
-from pyllama.attention.spec import format_value
+from pyllama.attention.spec import PluginSpec, format_value
+from pyllama.diff.probes import is_probe_name
 from pyllama.errors import InputError, PyllamaError
+from pyllama.outputs import model_inputs, plugin_inputs
 from pyllama.sweep.cell import one_line
 
 if sys.version_info >= (3, 11):
@@ -95,6 +97,7 @@ class Study:
     budgets: list[int] = field(default_factory=list)
     source: str = "study"  # the file name, for messages
     base_dir: Path = field(default_factory=Path.cwd)  # relative paths are relative to this
+    file: str | None = None  # the study file (None: a dict)
 
     def fail(self, entry: str, problem: str) -> StudyError:
         return StudyError(f"{self.source}: {entry}: {problem}")
@@ -109,6 +112,27 @@ class Study:
         if beside.exists() or os.sep in text or (os.altsep and os.altsep in text):
             return str(beside.resolve())
         return text
+
+    def input_files(self) -> list[tuple[str, str]]:
+        """What a run of the study reads, named as a message names it: the study file, the models
+        and their tokenizer (resolved as the loader resolves them), probe texts and plugin files."""
+        files = [("the study file", self.file)] if self.file else []
+        tokenizer = self.path(self.tokenizer) if self.tokenizer else None
+        for i, name in enumerate(self.models):
+            opened = model_inputs(self.path(name), tokenizer)
+            files.append((f"the study's models[{i}]", opened["the model"]))
+            if "the tokenizer" in opened:
+                what = "the study's tokenizer" if tokenizer else f"the tokenizer beside models[{i}]"
+                files.append((what, opened["the tokenizer"]))
+        for i, probe in enumerate(self.probes):
+            path = self.path(probe)
+            if not is_probe_name(probe) or Path(path).is_file():
+                files.append((f"the study's probes[{i}]", path))
+        for grid in self.plugins:
+            m = FILE_PLUGIN.match(grid.name)
+            if m:
+                files.append((f"the plugin file of {grid.label}", self.path(m.group(1))))
+        return files + list(plugin_inputs(self.reference).items())
 
     def grid_points(self) -> list[GridPoint]:
         """Every plugin configuration of the study, validated by the registry's spec parser."""
@@ -140,24 +164,24 @@ class Study:
         spec = self.plugin_spec(grid.name, values)
         size_by = grid.size_by if self.budgets else None
         try:
-            cls, parsed, canonical = resolve_spec(spec)
+            resolved = resolve_spec(spec)
         except PyllamaError as exc:
             raise self.fail(grid.label, str(exc)) from None
         if size_by is None:
-            self._construct(grid.label, canonical)
-        knobs = tuple((k.name, parsed[k.name]) for k in plugin_knobs(cls))
-        return GridPoint(grid.index, grid.name, canonical, knobs, size_by)
+            self._construct(grid.label, resolved)
+        knobs = tuple((k.name, resolved.values[k.name]) for k in plugin_knobs(resolved.cls))
+        return GridPoint(grid.index, grid.name, resolved.canonical, knobs, size_by)
 
     def check_reference(self) -> str:
         """The canonical reference spec; the registry refuses an unknown one, its constructor a bad value."""
         try:
-            canonical = resolve_spec(self.reference)[2]
+            resolved = resolve_spec(self.reference)
         except PyllamaError as exc:
             raise self.fail("reference", str(exc)) from None
-        self._construct("reference", canonical)
-        return canonical
+        self._construct("reference", resolved)
+        return resolved.canonical
 
-    def _construct(self, entry: str, spec: str) -> None:
+    def _construct(self, entry: str, spec: PluginSpec) -> None:
         """Construct the plugin of ``spec`` once and drop it; what its constructor refuses (or a
         plugin's own bug) is refused now, naming the entry, instead of failing every cell of it."""
         try:
@@ -186,7 +210,10 @@ def load_study(source: str | os.PathLike | dict) -> Study:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise StudyError(f"{path}: not valid TOML ({exc})") from None
-    return _from_dict(data, name, base)
+    study = _from_dict(data, name, base)
+    if not isinstance(source, dict):
+        study.file = str(source)
+    return study
 
 
 def _from_dict(data: dict, name: str, base: Path) -> Study:
@@ -279,7 +306,7 @@ def _plugin_grid(index: int, raw: Any, fail) -> PluginGrid:
 def _check_size_by(study: Study, grid: PluginGrid) -> None:
     """Resolve the plugin once (unknown names fail here) and check the knob budgets would size."""
     try:
-        cls = resolve_spec(study.plugin_spec(grid.name, {}))[0]
+        cls = resolve_spec(study.plugin_spec(grid.name, {})).cls
     except PyllamaError as exc:
         raise study.fail(grid.label, str(exc)) from None
     names = [k.name for k in plugin_knobs(cls)]

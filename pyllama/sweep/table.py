@@ -20,7 +20,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RowStore", "to_frame", "COLUMN_ORDER"]
+import numpy as np
+
+from pyllama.errors import InputError
+
+__all__ = ["RowStore", "to_frame", "COLUMN_ORDER", "output_files"]
 
 ROWS = "rows.jsonl"
 TABLE = "results.parquet"
@@ -36,6 +40,16 @@ LAYER_SUFFIXES = ("_err_mean", "_err_max")
 TAIL = ("error", "notes", "seconds", "positions_per_second", "worker", "threads", "pyllama_version", "model_path")
 
 
+def output_files(out: str | os.PathLike | None, per_position: bool = False) -> list[tuple[str, Path]]:
+    """What a sweep writes into ``out``, each named by the option that chose the folder (the folder
+    itself first: an existing file of that name cannot become one)."""
+    if out is None:
+        return []
+    folder = Path(out)
+    names = (ROWS, TABLE, CSV, POSITIONS) if per_position else (ROWS, TABLE, CSV)
+    return [("--out", folder)] + [("--out", folder / name) for name in names]
+
+
 class RowStore:
     """The rows of a sweep, kept in memory and, given a folder, appended to its ``rows.jsonl``."""
 
@@ -46,8 +60,6 @@ class RowStore:
             return
         store = self.out / ROWS
         if store.exists() and not resume:
-            from pyllama.errors import InputError
-
             raise InputError(f"{store} exists: pass --resume (resume=True) to continue it, or choose another --out")
         self.out.mkdir(parents=True, exist_ok=True)
         if store.exists():
@@ -87,7 +99,7 @@ class RowStore:
 
 def to_frame(rows: list[dict[str, Any]]):
     """A DataFrame of rows with the columns in a fixed order: config, knobs, metrics, layers, run."""
-    import pandas as pd
+    import pandas as pd  # lazy: pandas only for the DataFrame
 
     names: dict[str, None] = {}
     for row in rows:
@@ -121,16 +133,13 @@ def _layer_key(name: str) -> tuple[int, str]:
 
 
 def _json_default(v: Any):
-    import numpy as np
-
     if isinstance(v, np.generic):
         return v.item()
     raise TypeError(f"not JSON serialisable: {type(v).__name__}")
 
 
 def _write_positions(path: Path, columns: dict) -> None:
-    import numpy as np
-    import pyarrow as pa
+    import pyarrow as pa  # lazy, here and below: pyarrow only when per-position tables are written
     import pyarrow.parquet as pq
 
     n = len(columns["position"])

@@ -24,14 +24,14 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
-from pyllama.diff.probes.retrieval import RETRIEVAL_NAMES, Target, is_retrieval_spec, retrieval_probe
+from pyllama.diff.probes.retrieval import RETRIEVAL_NAMES, is_retrieval_spec, retrieval_probe
+from pyllama.diff.probes.sequences import Mark, Probe, Segment, Target
 from pyllama.errors import InputError
 
 if TYPE_CHECKING:
@@ -54,47 +54,6 @@ SEPARATOR = "<|endoftext|>"
 LONG_FACTOR = 4  # the long run goes to this many times the context
 RECALL_GAPS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 PROBE_NAMES = ("standard", "stories", "long", "recall")
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A scored span of a sequence: the tokens ``start .. start + length - 1`` spell ``label``."""
-
-    label: str
-    start: int
-    length: int
-
-
-@dataclass
-class Segment:
-    """One sequence of a probe: teacher-forced from position 0 after a reset."""
-
-    name: str  # "story-3", "long", "recall-pip", "text"
-    kind: str  # "story", "long", "recall", "text", "tokens"
-    tokens: np.ndarray  # int32, BOS first
-    marks: list[Mark] = field(default_factory=list)  # recall: every mention of the name
-    note: str = ""  # e.g. "cut at the context (512)"
-    target: Target | None = None  # a retrieval sequence: the scored tokens and the needle
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
-@dataclass
-class Probe:
-    name: str
-    segments: list[Segment]
-
-    @property
-    def n_positions(self) -> int:
-        return sum(len(s) for s in self.segments)
-
-    @property
-    def max_length(self) -> int:
-        return max((len(s) for s in self.segments), default=0)
-
-    def __repr__(self) -> str:
-        return f"Probe({self.name!r}, {len(self.segments)} sequences, {self.n_positions} positions)"
 
 
 # token ids: one sequence, or a list of sequences (load_probe tells them from a path by these types)
@@ -370,11 +329,22 @@ def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) ->
     path = Path(os.fspath(probe))
     if isinstance(probe, str) and is_retrieval_spec(probe) and not path.is_file():
         return retrieval_probe(probe, tokenizer, seq_len)
-    if not path.is_file():
+    if not path.exists():
         names = ", ".join(PROBE_NAMES + RETRIEVAL_NAMES)
         raise InputError(f"unknown probe {str(probe)!r}: expected one of {names} or a text file")
+    return probe_from_text(_read_probe_text(path), tokenizer, name=path.stem)
+
+
+def _read_probe_text(path: Path) -> str:
+    """The text of a probe file (any file that reads as text: /dev/null too), or one line saying why not."""
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder, not a probe text file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    return probe_from_text(text, tokenizer, name=path.stem)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the probe text ({exc.strerror or exc})") from None
+    if not split_texts(text):
+        raise InputError(f"{path}: the probe text is empty")
+    return text

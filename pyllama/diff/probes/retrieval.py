@@ -24,15 +24,15 @@ Spec strings (``--probe passkey:depth=0.25,length=2000``): ``name:option=value,.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+import difflib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pyllama.diff.probes.sequences import Probe, Segment, Target
 from pyllama.errors import InputError
 
 if TYPE_CHECKING:
-    from pyllama.diff.probes import Probe, Segment
     from pyllama.tokenizer.base import Tokenizer
 
 __all__ = ["RETRIEVAL_NAMES", "Target", "is_retrieval_spec", "retrieval_probe"]
@@ -47,27 +47,6 @@ NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
 QUESTION = "What is the pass key?"
 ANSWER_PREFIX = "The pass key is"
 MIN_LENGTH = 32
-
-
-@dataclass(frozen=True)
-class Target:
-    """What a retrieval sequence scores: tokens ``start .. start + length - 1`` (teacher-forced;
-    the row before each predicts it). ``prompt`` tokens come before the answer (greedy decoding
-    starts there); ``needle`` is the first token of the key in the haystack (of the first copy)."""
-
-    kind: str  # "passkey" or "copy"
-    key: str  # the digits; for copy the first copy's text
-    start: int
-    length: int
-    prompt: int
-    needle: int
-    depth: float | None = None  # fraction of the filler before the needle
-    requested: int = 0  # the length the probe asked for (the sequence is at most this long)
-
-    @property
-    def distance(self) -> int:
-        """Tokens from the needle to the answer."""
-        return self.start - self.needle
 
 
 # ---- spec strings ----------------------------------------------------------------------------------
@@ -111,8 +90,7 @@ def parse_spec(text: str, seq_len: int) -> tuple[str, dict[str, Any]]:
         key, eq, raw = item.partition("=")
         key = key.strip()
         if key not in table or not eq:
-            listing = ", ".join(f"{k} ({h})" for k, (_, _, h) in table.items())
-            raise InputError(f"probe {text!r}: expected option=value, got {item!r}; {name} takes {listing}")
+            raise InputError(f"probe {text!r}: {_unknown(key, eq, item, list(table))}; {name} takes {', '.join(table)}")
         kind = table[key][0]
         try:
             if kind is list:
@@ -124,6 +102,15 @@ def parse_spec(text: str, seq_len: int) -> tuple[str, dict[str, Any]]:
             raise InputError(f"probe {text!r}: {key}={raw!r} is not a valid {kind.__name__}") from None
     _check(text, values)
     return name, values
+
+
+def _unknown(key: str, eq: str, item: str, options: list[str]) -> str:
+    """What is wrong with one item of a spec: not option=value, or an option the probe lacks (and
+    the option it was likely meant to be)."""
+    if not eq:
+        return f"expected option=value, got {item!r}"
+    close = difflib.get_close_matches(key, options, n=1)
+    return f"unknown option {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
 def _check(text: str, v: dict[str, Any]) -> None:
@@ -150,8 +137,6 @@ def _check(text: str, v: dict[str, Any]) -> None:
 
 def retrieval_probe(text: str, tokenizer: Tokenizer, seq_len: int) -> Probe:
     """The Probe a spec string names, tokenised for ``tokenizer`` (context ``seq_len``)."""
-    from pyllama.diff.probes import Probe
-
     name, v = parse_spec(text, seq_len)
     if name == "copy":
         return Probe(text, [copy_segment(tokenizer, v["length"], v["span"], v["seed"])])
@@ -162,7 +147,7 @@ def retrieval_probe(text: str, tokenizer: Tokenizer, seq_len: int) -> Probe:
 
 
 def _use_chat(tokenizer: Tokenizer, chat: str, text: str) -> bool:
-    from pyllama.chat import template_of
+    from pyllama.chat import template_of  # lazy here and below: jinja2 only for an instruct model's probe
 
     has = template_of(tokenizer) is not None
     if chat == "yes" and not has:
@@ -201,8 +186,6 @@ def _encode(tokenizer: Tokenizer, text: str, chat: bool) -> list[int]:
 
 def passkey_segment(tokenizer: Tokenizer, length: int, depth: float, seed: int, digits: int, chat: bool) -> Segment:
     """One pass-key sequence of at most ``length`` tokens, the needle at ``depth`` of the filler."""
-    from pyllama.diff.probes import Segment
-
     key = key_digits(seed, digits)
     base = len(_encode(tokenizer, _passkey_text(tokenizer, 0, 0, key, chat), chat))
     if base > length:
@@ -264,8 +247,6 @@ def word_tokens(tokenizer: Tokenizer) -> np.ndarray:
 
 def copy_segment(tokenizer: Tokenizer, length: int, span: int, seed: int) -> Segment:
     """Filler, a random span of word tokens, filler, the span again; ``length`` tokens in all."""
-    from pyllama.diff.probes import Segment
-
     rng = np.random.default_rng([seed, span, 0xC0B1])
     words = word_tokens(tokenizer)
     copy = words[rng.integers(0, len(words), span)].tolist()
