@@ -27,7 +27,16 @@ from pyllama.diff.probes import ProbeSource, probe_from_text
 from pyllama.engine import Engine
 from pyllama.errors import InputError, PyllamaError, TokenizerError
 from pyllama.load import open_model
-from pyllama.options import check_seed, check_steps, check_temperature, check_threads, check_topp, usable_cpus
+from pyllama.options import (
+    check_compress_at,
+    check_seed,
+    check_steps,
+    check_temperature,
+    check_threads,
+    check_topp,
+    compress_position,
+    usable_cpus,
+)
 from pyllama.sampler import Sampler
 from pyllama.tokenizer.base import Tokenizer
 from pyllama.tokenizer.llama2c import Llama2cTokenizer
@@ -293,17 +302,21 @@ class Model:
         threads: int | None = None,
         ignore_eos: bool = False,
         on_text: Callable[[str], None] | None = None,
+        compress_at: int | str | None = "context",
     ) -> Generation:
         """Generate like llama2.c's run.c: ``steps`` counts positions including the prompt's.
 
         Generation stops when an end token is sampled (``stop_ids``) unless ``ignore_eos``.
         ``steps`` 0 means the model's context; more than the plugin holds is clamped with a
         notice. ``seed`` None or 0: from the clock, as run.c. ``on_text`` receives text as it is
-        decoded (never a split UTF-8 character). Values out of range raise InputError; NaN or Inf
-        in a forward pass raises NonFiniteError naming the position and layer.
+        decoded (never a split UTF-8 character). ``compress_at``: the plugin's compression event
+        (``Attention.compress``) after the prompt ("context", the default), after a position, or
+        never ("none"). Values out of range raise InputError; NaN or Inf in a forward pass raises
+        NonFiniteError naming the position and layer.
         """
         temperature, topp = check_temperature(temperature), check_topp(topp)
         steps, seed = check_steps(steps), check_seed(seed)
+        where = check_compress_at(compress_at)
         attention = resolve_attention(attention)
         engine = self.engine(attention, threads)
         label = plugin_label(attention)
@@ -324,6 +337,7 @@ class Model:
                 text.on_token if text is not None else None,
                 stop_ids=stop_ids,
                 stop_in_prompt=self.stops_like_runc,
+                compress_at=compress_position(where, len(prompt_ids) - 1),
             )
         except PyllamaError:
             raise

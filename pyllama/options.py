@@ -15,7 +15,16 @@ from pyllama.errors import InputError
 SEED_MAX = 2**64 - 1  # the sampler's state is an unsigned 64-bit integer (run.c's unsigned long long)
 THREADS_PER_CPU = 4  # more threads than this per usable CPU only wait for each other: a typo, not a setting
 
-__all__ = ["SEED_MAX", "check_seed", "check_steps", "check_temperature", "check_threads", "check_topp", "max_threads"]
+__all__ = [
+    "SEED_MAX",
+    "check_compress_at",
+    "check_seed",
+    "check_steps",
+    "check_temperature",
+    "check_threads",
+    "check_topp",
+    "max_threads",
+]
 
 
 def usable_cpus() -> int:
@@ -80,3 +89,25 @@ def check_threads(value: int | None, name: str = "threads", allow_default: bool 
     if not _is_int(value) or not 1 <= value <= top:
         _fail(name, value, f"1 <= x <= {top}", f" ({THREADS_PER_CPU} x the {usable_cpus()} usable CPUs)")
     return int(value)
+
+
+def check_compress_at(value: int | str | None, name: str = "compress_at") -> int | str:
+    """Where the plugin's compression event comes: ``"context"`` (after the context: a prompt's last
+    position, a probe's haystack), ``"none"`` (never; None too) or a position x >= 0."""
+    if value is None or value == "none":
+        return "none"
+    if value == "context":
+        return "context"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not _is_int(value) or value < 0:
+        _fail(name, value, 'a position x >= 0, "context" or "none"', " (where the compression event comes)")
+    return int(value)
+
+
+def compress_position(where: int | str, context_end: int) -> int:
+    """The position after which the compression event comes (-1: none), for a context whose last
+    position is ``context_end``."""
+    if where == "none":
+        return -1
+    return context_end if where == "context" else int(where)

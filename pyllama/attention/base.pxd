@@ -13,12 +13,19 @@ cdef class Attention:
     cdef object _pre_rope_rows         # the engine's queries before RoPE [rows, q_dim], or None (wants_pre_rope_query)
     cdef const float* _pre_rope_q
     cdef int _q_dim, _kv_dim
+    cdef public object query_before_rope  # Python path: this call's queries before RoPE (wants_pre_rope_query)
 
     cdef Py_ssize_t bound_row(self, const float* q, Py_ssize_t n) except -2 nogil
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil
     # positions pos .. pos + n - 1 of one layer, in order: q, out [n, q_dim], k, v [n, kv_dim] rows
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
                             float* out) except -1 nogil
+
+    # the queries before RoPE of the engine's row that q points at, or NULL (see wants_pre_rope_query)
+    cdef inline const float* pre_rope_query(self, const float* q) noexcept nogil:
+        if self._pre_rope_q == NULL or self._block_q == NULL:
+            return NULL
+        return self._pre_rope_q + (q - self._block_q)
 
 
 cdef inline int threads_for(int n_threads, long long work) noexcept nogil:

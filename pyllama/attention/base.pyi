@@ -16,9 +16,15 @@ class Attention:
     n_threads: int
     native: bool
     per_position_order: ClassVar[bool]
+    wants_pre_rope_query: ClassVar[bool]
+    compresses_at_event: ClassVar[bool]
+    holds: ClassVar[str]
+    query_before_rope: np.ndarray | None
     def init(self, config: ModelConfig, pool: Any) -> None: ...
     def reset(self) -> None: ...
     def memory_bytes(self) -> int: ...
+    def compress(self, pos: int) -> None: ...
+    def held_positions(self, layer: int) -> list[np.ndarray] | None: ...
     def attend(self, layer: int, pos: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray) -> None: ...
     def attend_block(
         self, layer: int, pos: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray
@@ -27,9 +33,6 @@ class Attention:
         self,
         config: ModelConfig,
         pool: Any,
-        q: np.ndarray | None = None,
-        k: np.ndarray | None = None,
-        v: np.ndarray | None = None,
-        out: np.ndarray | None = None,
-        block: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+        rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+        pre_rope: np.ndarray | None = None,
     ) -> None: ...

@@ -39,6 +39,27 @@ built-in keeps each layer's state apart, so it computes the same bits either way
   adding up every layer's change at each position. A plugin that cannot say it per layer declares
   ``per_position_order``.
 
+**Beyond attend.** Four optional parts, each free for a plugin that does not use it:
+
+* *The attention weights.* After the shared routine (``attend_head``, ``attend_head_rows``; head.pyx)
+  returns, its ``scores`` scratch holds the query head's softmax weights over the rows it attended,
+  in the order they were given: a score-based policy (H2O, TOVA, SnapKV) reads them instead of
+  computing them again, and reading them changes no bit.
+* *Queries before RoPE.* A class that sets ``wants_pre_rope_query = True`` also gets each position's
+  queries before RoPE (Expected Attention needs them): ``pre_rope_query(q)`` in Cython (a pointer to
+  the row matching q), ``self.query_before_rope`` in Python (set before each ``attend`` /
+  ``attend_block``). Others pay nothing: the engine keeps no copy.
+* *The compression event.* When a context ends (a prompt, a probe's haystack before its question),
+  the driver ends its block after that position and calls ``compress(pos)`` before position pos + 1:
+  kvpress's query-agnostic protocol. The default does nothing. A class whose policy acts only there
+  sets ``compresses_at_event = True``, so that a run without an event says so rather than quietly
+  equalling ``causal``.
+* *What is held.* ``held_positions(layer)`` returns, for each KV head, the sorted positions whose rows
+  the plugin holds after its last call (an int64 array per KV head), or None when the plugin does not
+  say. ``holds`` tells what those positions are: ``"rows"`` (their exact rows), ``"summaries"``
+  (positions summarised, not kept: lattice, tiered's cold blocks), ``"everything"`` (every position is
+  kept and a selection is made per query: quest, kmeans).
+
 A class declares ``description`` (one line) and ``knobs`` (its spec-string arguments, each a
 constructor keyword). ``pyllama.attention.registry`` checks all of this when a plugin is registered
 or loaded, and names the plugin and the problem when something is missing.
@@ -56,6 +77,9 @@ cdef class Attention:
     description = ""  # one line for `pyllama plugins`
     knobs = ()  # the spec-string arguments: a tuple of pyllama.attention.spec.Knob (constructor keywords)
     per_position_order = False  # True: the layers depend on each other, so blocks run position by position
+    wants_pre_rope_query = False  # True: the engine keeps each position's queries before RoPE for it
+    compresses_at_event = False  # True: the policy acts at compression events (compress), causal without one
+    holds = "rows"  # what held_positions lists: "rows", "summaries" or "everything" (see the module docstring)
 
     def __cinit__(self, *args, **kwargs):
         self.max_positions = 0
@@ -66,6 +90,7 @@ cdef class Attention:
         self._block_rows = 0
         self._pre_rope_rows = None
         self._pre_rope_q = NULL
+        self.query_before_rope = None
 
     def init(self, config, pool):
         """Allocate all state for ``config`` (a ModelConfig); ``pool.n_threads`` threads may be used."""
@@ -76,6 +101,13 @@ cdef class Attention:
     def memory_bytes(self):
         """Bytes of cache state held right now (the ledger)."""
         raise NotImplementedError(f"{type(self).__name__} must implement memory_bytes()")
+
+    def compress(self, long long pos):
+        """The context ended after position ``pos``: compress now (before pos + 1). Default: nothing."""
+
+    def held_positions(self, int layer):
+        """For each KV head of ``layer``, the sorted positions held (int64 arrays), or None: not said."""
+        return None
 
     def attend(self, int layer, long long pos, q, k, v, out):
         """Attention of one position in one layer (numpy float32 arrays; see the module docstring).
@@ -165,6 +197,8 @@ cdef class Attention:
         cdef Py_ssize_t r = self.bound_row(q, 1)
         with gil:
             bq, bk, bv, bo = self._bound_block
+            if self._pre_rope_rows is not None:
+                self.query_before_rope = self._pre_rope_rows[r]
             self.attend(layer, pos, bq[r], bk[r], bv[r], bo[r])
         return 0
 
@@ -181,5 +215,7 @@ cdef class Attention:
         r = self.bound_row(q, n)
         with gil:
             bq, bk, bv, bo = self._bound_block
+            if self._pre_rope_rows is not None:
+                self.query_before_rope = self._pre_rope_rows[r:r + n]
             self.attend_block(layer, pos, bq[r:r + n], bk[r:r + n], bv[r:r + n], bo[r:r + n])
         return 0

@@ -22,6 +22,7 @@ from pyllama.errors import PluginError
 __all__ = ["check_plugin_class", "plugin_description", "plugin_knobs"]
 
 _ENGINE_FIELDS = ("config", "max_positions", "n_threads", "native")
+HOLDS = ("rows", "summaries", "everything")  # what held_positions lists (base.pyx)
 
 
 def plugin_description(cls: type) -> str:
@@ -94,6 +95,9 @@ def check_plugin_class(cls: Any, label: str, constructor: bool = True) -> None:
             "does not implement attend(layer, pos, q, k, v, out): override it in Python, or write a Cython "
             "class that sets self.native = True in __cinit__ and implements attend_c"
         )
+    holds = getattr(cls, "holds", "rows")
+    if holds not in HOLDS:
+        fail(f"`holds` must be one of {', '.join(map(repr, HOLDS))}, got {holds!r}")
     if not _overrides(cls, "memory_bytes"):
         fail("does not implement memory_bytes() (the ledger: bytes of cache state held right now)")
     _check_signatures(cls, probe, fail)
@@ -123,7 +127,14 @@ def _check_constructor(cls: type, names: list[str], fail: Callable[[str], None])
 
 def _check_signatures(cls: type, probe: Any, fail: Callable[[str], None]) -> None:
     """attend, init, reset and memory_bytes take the contract's arguments (when Python can tell)."""
-    for meth, n_args in (("attend", 6), ("init", 2), ("reset", 0), ("memory_bytes", 0)):
+    for meth, n_args in (
+        ("attend", 6),
+        ("init", 2),
+        ("reset", 0),
+        ("memory_bytes", 0),
+        ("compress", 1),
+        ("held_positions", 1),
+    ):
         fn = getattr(cls, meth)
         try:
             msig = inspect.signature(fn)
@@ -137,6 +148,8 @@ def _check_signatures(cls: type, probe: Any, fail: Callable[[str], None]) -> Non
                 "init": "(self, config, pool)",
                 "reset": "(self)",
                 "memory_bytes": "(self)",
+                "compress": "(self, pos)",
+                "held_positions": "(self, layer)",
             }[meth]
             fail(f"{meth}{msig} does not match the contract {meth}{want}")
 

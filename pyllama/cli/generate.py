@@ -12,6 +12,7 @@ import click
 from pyllama.cli.shared import (
     attention_option,
     checkpoint_option,
+    compress_at_option,
     require_tokenizer,
     seed_option,
     steps_option,
@@ -36,6 +37,7 @@ __all__ = ["generate", "tokenize"]
 @topp_option
 @seed_option
 @attention_option
+@compress_at_option("the prompt")
 @threads_option
 @click.option(
     "--ignore-eos",
@@ -50,7 +52,9 @@ __all__ = ["generate", "tokenize"]
     help="Print one JSON object {prompt_ids, ids, text, tok_per_s, prompt_tok_per_s, memory_bytes} "
     "instead of streaming.",
 )
-def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, attention, threads, ignore_eos, as_json):
+def generate(
+    checkpoint, tokenizer, prompt, steps, temperature, topp, seed, attention, compress_at, threads, ignore_eos, as_json
+):
     """Generate text, token for token like llama2.c's run.c with the same options.
 
     \b
@@ -68,6 +72,7 @@ def generate(checkpoint, tokenizer, prompt, steps, temperature, topp, seed, atte
         topp=topp,
         seed=seed or None,
         attention=attention,
+        compress_at=compress_at,
         threads=threads,
         ignore_eos=ignore_eos,
         on_text=None if as_json else stream,

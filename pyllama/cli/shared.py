@@ -75,6 +75,19 @@ attention_option = click.option(
 )
 
 
+def compress_at_option(where: str):
+    """--compress-at: where the plugin's compression event comes (``where``: what "context" means here)."""
+    return click.option(
+        "--compress-at",
+        default="context",
+        show_default=True,
+        metavar="POS|context|none",
+        callback=_in_range(options.check_compress_at),
+        help=f"The compression event (plugins that compress at it, e.g. snapkv, compress the cache there): "
+        f"after position POS, after {where} (context), or never (none).",
+    )
+
+
 def steps_option(default: int | None, help: str):
     return click.option(
         "-n",

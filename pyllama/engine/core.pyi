@@ -49,4 +49,6 @@ class Engine:
         on_token: Callable[[int], None] | None = None,
         stop_ids: np.ndarray | None = None,
         stop_in_prompt: bool = False,
+        compress_at: int = -1,
     ) -> tuple[int, int, float, int, float]: ...
+    def compress(self, pos: int) -> None: ...

@@ -293,8 +293,14 @@ cdef class Engine:
                 forward_block(&self.t, self.attention, &tokens[c], m, pos + c, out, last_only)
         return self.logits_view
 
+    def compress(self, long long pos):
+        """The context ended after position ``pos``: the plugin's compression event, before pos + 1
+        (a driver that runs blocks ends its block at pos first)."""
+        self.attention.compress(pos)
+
     def generate_into(self, const int32_t[::1] prompt, long long steps, Sampler sampler, int32_t[::1] out,
-                      on_token=None, const int32_t[::1] stop_ids=None, bint stop_in_prompt=False):
+                      on_token=None, const int32_t[::1] stop_ids=None, bint stop_in_prompt=False,
+                      long long compress_at=-1):
         """run.c's generation loop, with the prompt run in blocks. Writes sampled ids into ``out`` and
         returns ``(n_generated, stop_token or -1, decode_seconds, positions_run, prompt_seconds)``.
 
@@ -305,8 +311,9 @@ cdef class Engine:
         it). Stops early when the next sampled id is one of ``stop_ids`` (it is not written;
         ``None`` or empty: never stops early). ``stop_in_prompt``: a stop id that comes next in the
         prompt stops too (run.c's rule for BOS; llama.cpp never stops inside the prompt).
-        ``on_token(id)`` is called with every next id, forced prompt ids included (what run.c
-        prints; those once the prompt has run), when given. With ``on_token=None`` and a native
+        ``compress_at``: the plugin's compression event (``compress``) comes after that position, its
+        pass ending there; -1: none. ``on_token(id)`` is called with every next id, forced prompt
+        ids included (what run.c prints; those once the prompt has run), when given. With ``on_token=None`` and a native
         plugin, the loop allocates nothing and never takes the GIL. NaN or Inf in a position's
         residual stream or logits raises NonFiniteError naming the position and layer (never sampled).
         """
@@ -319,4 +326,5 @@ cdef class Engine:
             raise ValueError("out is too small for the ids that can be generated")
         for i in range(n_prompt):
             self._check(prompt[i], 0)
-        return generate(&self.t, self.attention, prompt, steps, sampler, out, on_token, stop_ids, stop_in_prompt)
+        return generate(&self.t, self.attention, prompt, steps, sampler, out, on_token, stop_ids, stop_in_prompt,
+                        compress_at)

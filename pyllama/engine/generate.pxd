@@ -18,6 +18,8 @@ cdef struct TokenLoop:
     Py_ssize_t n_out           # how many were written
     int stop_token             # the stop id that ended the loop, -1: none
     long long pos              # positions run
+    long long compress_at      # the plugin's compression event after this position, -1: none
 
 cdef tuple generate(Transformer* t, Attention attention, const int32_t[::1] prompt, long long steps, Sampler sampler,
-                    int32_t[::1] out, object on_token, const int32_t[::1] stop_ids, bint stop_in_prompt)
+                    int32_t[::1] out, object on_token, const int32_t[::1] stop_ids, bint stop_in_prompt,
+                    long long compress_at)

@@ -46,16 +46,22 @@ cdef Py_ssize_t known_positions(const TokenLoop* loop) noexcept nogil:
 
 
 cdef int run_prompt(Transformer* t, Attention attention, const TokenLoop* loop, bint fast) except -1:
-    cdef Py_ssize_t c, m
+    """The known positions in passes of up to max_block rows; a pass ends at the compression event."""
+    cdef Py_ssize_t c = 0, end
     cdef bint last
-    for c in range(0, loop.n_known, t.config.max_block):
-        m = min(t.config.max_block, loop.n_known - c)
-        last = c + m == loop.n_known  # the decode samples from the last prompt position's logits only
+    while c < loop.n_known:
+        end = min(c + t.config.max_block, loop.n_known)
+        if c <= loop.compress_at < end:
+            end = loop.compress_at + 1
+        last = end == loop.n_known  # the decode samples from the last prompt position's logits only
         if fast:
             with nogil:
-                forward_block(t, attention, loop.prompt + c, m, c, NULL, last)
+                forward_block(t, attention, loop.prompt + c, end - c, c, NULL, last)
         else:
-            forward_block(t, attention, loop.prompt + c, m, c, NULL, last)
+            forward_block(t, attention, loop.prompt + c, end - c, c, NULL, last)
+        if end - 1 == loop.compress_at:
+            attention.compress(loop.compress_at)
+        c = end
     return 0
 
 
@@ -95,6 +101,8 @@ cdef int decode_steps(Transformer* t, Attention attention, Sampler sampler, Toke
     while loop.pos < loop.steps:
         if loop.pos >= loop.n_known:
             decode_forward(t, attention, team, token, loop.pos, fast)
+            if loop.pos == loop.compress_at:
+                attention.compress(loop.pos)
         if loop.pos >= loop.n_known - 1 and (
                 t.state.nonfinite_layer >= 0 or not all_finite(t.state.logits, t.config.vocab_size)):
             raise NonFiniteError.at(t.state.nonfinite_position if t.state.nonfinite_layer >= 0 else loop.pos,
@@ -121,7 +129,8 @@ cdef int decode_steps(Transformer* t, Attention attention, Sampler sampler, Toke
 
 
 cdef tuple generate(Transformer* t, Attention attention, const int32_t[::1] prompt, long long steps, Sampler sampler,
-                    int32_t[::1] out, object on_token, const int32_t[::1] stop_ids, bint stop_in_prompt):
+                    int32_t[::1] out, object on_token, const int32_t[::1] stop_ids, bint stop_in_prompt,
+                    long long compress_at):
     """(n_generated, stop_token or -1, decode_seconds, positions_run, prompt_seconds); the caller has
     checked the prompt's ids, ``steps`` against the plugin and the size of ``out``."""
     cdef TokenLoop loop
@@ -135,6 +144,7 @@ cdef tuple generate(Transformer* t, Attention attention, const int32_t[::1] prom
     loop.n_out = 0
     loop.stop_token = -1
     loop.pos = 0
+    loop.compress_at = compress_at
     loop.n_known = known_positions(&loop)
     cdef bint fast = attention.native and on_token is None
     attention.reset()  # a new sequence from position 0 (plugins take positions in order)
