@@ -47,8 +47,8 @@ built-in keeps each layer's state apart, so it computes the same bits either way
   computing them again, and reading them changes no bit.
 * *Queries before RoPE.* A class that sets ``wants_pre_rope_query = True`` also gets each position's
   queries before RoPE (Expected Attention needs them): ``pre_rope_query(q)`` in Cython (a pointer to
-  the row matching q), ``self.query_before_rope`` in Python (set before each ``attend`` /
-  ``attend_block``). Others pay nothing: the engine keeps no copy.
+  the row matching q), ``self.query_before_rope`` in Python (set before each ``attend``, to its row,
+  and ``attend_block``, to the block's rows). Others pay nothing: the engine keeps no copy.
 * *The compression event.* When a context ends (a prompt, a probe's haystack before its question),
   the driver ends its block after that position and calls ``compress(pos)`` before position pos + 1:
   kvpress's query-agnostic protocol. The default does nothing. A class whose policy acts only there
@@ -139,8 +139,14 @@ cdef class Attention:
         cdef float[:, ::1] qv, kv, vv, ov
         cdef Py_ssize_t i
         if not self.native:
-            for i in range(q.shape[0]):
-                self.attend(layer, pos + i, q[i], k[i], v[i], out[i])
+            rows = self.query_before_rope  # the block's rows [n, q_dim]: each attend gets its own
+            try:
+                for i in range(q.shape[0]):
+                    if rows is not None:
+                        self.query_before_rope = rows[i]
+                    self.attend(layer, pos + i, q[i], k[i], v[i], out[i])
+            finally:
+                self.query_before_rope = rows
             return
         qv, kv, vv, ov = q, k, v, out
         cfg = self.config
