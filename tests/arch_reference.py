@@ -3,11 +3,11 @@
 
 Written from llama.cpp's graphs at 0c1e570 (``src/models/llama.cpp``, ``qwen3.cpp``, ``gemma3.cpp``
 and ``llm_graph_context``'s ``build_norm``, ``build_ffn``, ``build_attn`` in ``src/llama-graph.cpp``),
-not from pyllama: the file is read with gguf-py's ``GGUFReader`` and every matrix dequantised by
-``gguf.quants.dequantize``. The hyperparameters are read here as llama.cpp's loader reads them
-(``src/llama-model.cpp``: defaults for absent keys; Gemma 3's sliding-window layers from
-``attention.sliding_window`` and ``sliding_window_pattern``, default one global layer in six, and
-their RoPE base ``rope.freq_base_swa``, default 10,000).
+not from pyllama: the file is read by ``gguf_file`` (a small reader written from the GGUF spec) and
+every matrix dequantised by gguf-py's ``gguf.quants.dequantize``. The hyperparameters are read here
+as llama.cpp's loader reads them (``src/llama-model.cpp``: defaults for absent keys; Gemma 3's
+sliding-window layers from ``attention.sliding_window`` and ``sliding_window_pattern``, default one
+global layer in six, and their RoPE base ``rope.freq_base_swa``, default 10,000).
 
 Arithmetic: ggml's. Activations are float32 and every op rounds its result to float32 where ggml
 does (products and dot products are summed in float64 first, which ggml does in float32 lanes:
@@ -46,6 +46,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as GT
+from gguf_file import GGUFFile
 from quant_reference import ACTIVATION, QUANTIZERS, reference_product, split_weights
 
 GEMMA3_SWA_PATTERN = 6
@@ -75,7 +76,7 @@ class ReferenceModel:
     kq_scale: float
     logit_softcap: float
     gelu: bool  # GeGLU (gemma3), else SwiGLU
-    tensors: dict  # name -> gguf.ReaderTensor
+    tensors: dict  # name -> gguf_file.StoredTensor
 
     @property
     def vocab_size(self) -> int:
@@ -91,17 +92,16 @@ def _inv_sqrtf(n: int) -> float:
 
 
 def load_reference(path: str | os.PathLike) -> ReferenceModel:
-    """Read ``path``'s hyperparameters and tensors with gguf-py (llama.cpp's defaults for absent keys)."""
-    reader = gguf.GGUFReader(path)
-    arch = reader.fields["general.architecture"].contents()
+    """Read ``path``'s hyperparameters and tensors (llama.cpp's defaults for absent keys)."""
+    reader = GGUFFile(path)
+    arch = reader.fields["general.architecture"]
 
     def key(name: str, default=None):
-        field = reader.fields.get(f"{arch}.{name}")
-        return default if field is None else field.contents()
+        return reader.fields.get(f"{arch}.{name}", default)
 
     dim, n_layers, n_heads = key("embedding_length"), key("block_count"), key("attention.head_count")
     head_dim = key("attention.key_length", dim // n_heads)
-    tensors = {t.name: t for t in reader.tensors}
+    tensors = reader.tensors
     rope_base = _f32(key("rope.freq_base", 10000.0))
     windows, bases = [0] * n_layers, [rope_base] * n_layers
     window = key("attention.sliding_window", 0) if arch == "gemma3" else 0
@@ -243,11 +243,12 @@ def rope(x: np.ndarray, angles: np.ndarray, n_rot: int, neox: bool) -> np.ndarra
     return out
 
 
-def attention_mask(n: int, window: int) -> np.ndarray:
-    """(n, n) additive mask: causal, and on a sliding-window layer p attends p0 only when p - p0 < window
-    (llama.cpp's LLAMA_SWA_TYPE_STANDARD)."""
-    p1, p0 = np.arange(n)[:, None], np.arange(n)[None, :]
-    masked = (p0 > p1) | ((window > 0) & (p1 - p0 >= window))
+def attention_mask(positions: np.ndarray, sequences: np.ndarray, window: int) -> np.ndarray:
+    """(n, n) additive mask: a token attends the tokens of its own sequence at its position or
+    before, and on a sliding-window layer only those with p - p0 < window (llama.cpp's
+    LLAMA_SWA_TYPE_STANDARD)."""
+    p1, p0 = positions[:, None], positions[None, :]
+    masked = (sequences[:, None] != sequences[None, :]) | (p0 > p1) | ((window > 0) & (p1 - p0 >= window))
     return np.where(masked, -np.inf, 0.0)
 
 
@@ -274,14 +275,14 @@ def _vector(t, name: str) -> np.ndarray:
     return np.asarray(t[name].data, dtype=F32)
 
 
-def _attention(m: ReferenceModel, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, rec: _Sums) -> np.ndarray:
+def _attention(m: ReferenceModel, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask, rec: _Sums):
     """softmax(scale * q.k + mask) . v per query head; q (n, heads, hd), k/v (n, kv_heads, hd)."""
     n, group = q.shape[0], m.n_heads // m.n_kv_heads
     kh = np.repeat(k, group, axis=1).astype(np.float64)  # query head h reads KV head h // group
     vh = np.repeat(v, group, axis=1).astype(np.float64)
     kq = np.einsum("thd,chd->htc", q.astype(np.float64), kh).astype(F32)  # llama.cpp masks after the product
     rec(f"kq-{layer}", kq, rows=slice(None))
-    scores = (kq * F32(m.kq_scale)).astype(np.float64) + attention_mask(n, m.windows[layer])[None]
+    scores = (kq * F32(m.kq_scale)).astype(np.float64) + mask[None]
     weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
     weights = (weights / weights.sum(axis=-1, keepdims=True)).astype(F32)
     rec(f"kq_soft_max-{layer}", weights, rows=slice(None))
@@ -312,8 +313,9 @@ def _qkv(m: ReferenceModel, layer: int, h: np.ndarray, positions: np.ndarray, qu
     return out["q"], out["k"], out["v"]
 
 
-def _layer(m: ReferenceModel, layer: int, x: np.ndarray, positions: np.ndarray, quantize: bool, rec: _Sums):
+def _layer(m: ReferenceModel, layer: int, x: np.ndarray, batch: tuple, quantize: bool, rec: _Sums):
     t, p = m.tensors, f"blk.{layer}."
+    positions, sequences = batch
 
     def norm(y: np.ndarray, weight: str, name: str, norm_name: str | None = None) -> np.ndarray:
         y = rec(norm_name or f"norm-{layer}", rms_norm(y, m.eps))
@@ -321,7 +323,7 @@ def _layer(m: ReferenceModel, layer: int, x: np.ndarray, positions: np.ndarray, 
 
     h = norm(x, "attn_norm.weight", f"attn_norm-{layer}")
     q, k, v = _qkv(m, layer, h, positions, quantize, rec)
-    attn = _attention(m, layer, q, k, v, rec)
+    attn = _attention(m, layer, q, k, v, attention_mask(positions, sequences, m.windows[layer]), rec)
     attn = rec(f"attn_out-{layer}", matmul(t[p + "attn_output.weight"], attn, quantize))
     if layer == m.n_layers - 1:
         rec.rows = slice(x.shape[0] - 1, None)  # llama.cpp's inp_out_ids: the last layer goes on with the last row
@@ -344,21 +346,25 @@ def reference_forward(
     tokens: list[int],
     quantize_activations: bool = True,
     tensors: dict | None = None,
+    sequence_ids: list[int] | None = None,
 ) -> tuple[np.ndarray, dict[str, float]]:
     """Logits float32[n, vocab] of every position of ``tokens`` (one batch from position 0) and the
     eval-callback sums of llama.cpp's graph for that batch (see the module docstring).
     ``quantize_activations``: quantise each product's input as ggml does (only matters for
     quantised matrices; F32 matrices take float inputs either way). ``tensors``: a dict that
-    receives each named tensor (the rows its sum covers), for value-by-value comparisons."""
+    receives each named tensor (the rows its sum covers), for value-by-value comparisons.
+    ``sequence_ids``: one per token, to run several sequences as one batch (llama.cpp's seq_id):
+    a token attends its own sequence only, at positions counted from that sequence's start."""
     m = path_or_model if isinstance(path_or_model, ReferenceModel) else load_reference(path_or_model)
     t, n = m.tensors, len(tokens)
-    positions = np.arange(n)
+    sequences = np.zeros(n, np.int64) if sequence_ids is None else np.asarray(sequence_ids)
+    positions = np.array([np.count_nonzero(sequences[:i] == sequences[i]) for i in range(n)])
     rec = _Sums(tensors)
     x = rec("embd", dequantize_rows(t["token_embd.weight"], np.asarray(tokens)))
     if m.embedding_scale != 1.0:
         x = rec("inp_scaled", x * F32(m.embedding_scale))
     for layer in range(m.n_layers):
-        x = _layer(m, layer, x, positions, quantize_activations, rec)
+        x = _layer(m, layer, x, (positions, sequences), quantize_activations, rec)
     h = rec("result_norm", rec("norm", rms_norm(x, m.eps)) * _vector(t, "output_norm.weight"))
     output = t.get("output.weight", t["token_embd.weight"])  # tied: the embedding is the classifier
     logits = matmul(output, h, quantize_activations)
@@ -367,3 +373,12 @@ def reference_forward(
         logits = (np.tanh(logits / c) * c).astype(F32)
     rec("result_output", logits)
     return logits, dict(rec)
+
+
+def teacher_forced_logits(path_or_model: str | os.PathLike | ReferenceModel, sequences: list[list[int]]) -> list:
+    """The logits of every position of each sequence, all run as one batch (each weight is
+    dequantised once): ``reference_forward``'s logits, split by sequence."""
+    tokens = [token for sequence in sequences for token in sequence]
+    ids = [i for i, sequence in enumerate(sequences) for _ in sequence]
+    logits, _ = reference_forward(path_or_model, tokens, sequence_ids=ids)
+    return np.split(logits, np.cumsum([len(sequence) for sequence in sequences])[:-1])

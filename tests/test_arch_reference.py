@@ -13,7 +13,8 @@ What the reference reaches (measured): Gemma's sums within 2.5e-4 of llama.cpp's
 sum (within 1e-6 relative to the sum of magnitudes; the largest relative gap is a sum that cancels,
 ``ffn_geglu-1`` = 0.86 over 2,048 x 3 values), the tiny F32 models' within 1e-5. Teacher-forced,
 its argmax agrees with llama.cpp's greedy tokens at 99% of Gemma's positions with margin >= 0.02
-(the 128-token runs; every position with margin >= 0.5), and at 97-99% of the tiny models'. Exact
+(the 128-token runs; every position with margin >= 0.5), and at 98.1-98.7% of the tiny models'
+(every position with margin >= 0.1). Exact
 agreement is not to be had from a float64 reference: a product with a quantised matrix first
 rounds its input to 8 bits (Q8_0 / Q8_K), and an input a rounding error away from a tie rounds the
 other way, moving that product by up to 1e-3; Gemma's huge residual stream and the tiny models'
@@ -30,7 +31,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from arch_models import ARCH, TINY, sha256_of, write_tiny_f32
-from arch_reference import load_reference, reference_forward
+from arch_reference import load_reference, reference_forward, teacher_forced_logits
 from conftest import read_jsonl, shared_file
 from evalcb_log import last, parse, printed, products_of, unnamed_products
 from threadpoolctl import threadpool_limits
@@ -60,10 +61,15 @@ def _sum_differences(sums: dict[str, float], llama: dict[str, float]) -> dict[st
 
 
 @pytest.fixture(scope="module")
-def gemma3_hello(gemma3):
+def gemma3_model(gemma3):
+    return load_reference(gemma3)
+
+
+@pytest.fixture(scope="module")
+def gemma3_hello(gemma3_model):
     tensors: dict[str, np.ndarray] = {}
     with threadpool_limits(1):
-        _, sums = reference_forward(gemma3, HELLO_WORLD["gemma3"], tensors=tensors)
+        _, sums = reference_forward(gemma3_model, HELLO_WORLD["gemma3"], tensors=tensors)
     return sums, tensors
 
 
@@ -134,13 +140,13 @@ def test_tiny_f32_sums_match_llama_cpp(tiny_f32):
 
 def _teacher_forced(model, rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     """(llama.cpp's margin, whether the reference's argmax is llama.cpp's token) per generated token."""
-    margins, agree = [], []
-    for row in rows:
-        prompt, ids = row["prompt_ids"], row["ids"]
-        with threadpool_limits(1):
-            logits, _ = reference_forward(model, prompt + ids[:-1])
-        agree.append(logits[len(prompt) - 1 :].argmax(axis=1) == np.array(ids))
-        margins.append(np.array([np.nan if m is None else m for m in row["top1_minus_top2_logprob"]], float))
+    with threadpool_limits(1):
+        logits = teacher_forced_logits(model, [row["prompt_ids"] + row["ids"][:-1] for row in rows])
+    agree = [
+        out[len(row["prompt_ids"]) - 1 :].argmax(axis=1) == np.array(row["ids"])
+        for row, out in zip(rows, logits, strict=True)
+    ]
+    margins = [np.array([np.nan if m is None else m for m in row["top1_minus_top2_logprob"]], float) for row in rows]
     return np.concatenate(margins), np.concatenate(agree)
 
 
@@ -154,15 +160,15 @@ def _gemma3_runs(n_predict: int) -> list[dict]:
     return [row for row in read_jsonl("reference-gemma3.jsonl") if row["n_predict"] == n_predict]
 
 
-def test_gemma3_teacher_forced_agrees_with_llama_cpp(gemma3):
+def test_gemma3_teacher_forced_agrees_with_llama_cpp(gemma3_model):
     """The 32-token greedy runs of the four prompts (the 128-token ones: ``-m gemma_long``)."""
-    margins, agree = _teacher_forced(load_reference(gemma3), _gemma3_runs(32))
+    margins, agree = _teacher_forced(gemma3_model, _gemma3_runs(32))
     _check_agreement(margins, agree, rate=0.95, always_above=1.0)
 
 
 @pytest.mark.gemma_long
-def test_gemma3_teacher_forced_128(gemma3):
-    margins, agree = _teacher_forced(load_reference(gemma3), _gemma3_runs(128))
+def test_gemma3_teacher_forced_128(gemma3_model):
+    margins, agree = _teacher_forced(gemma3_model, _gemma3_runs(128))
     _check_agreement(margins, agree, rate=0.98, always_above=0.5)  # measured: 99.0%, none above 0.22
 
 
@@ -172,5 +178,6 @@ def test_tiny_q4_k_m_teacher_forced_agrees_with_llama_cpp(kind):
     path = shared_file(f"arch/{name}")
     rows = [row for row in read_jsonl("arch/reference-arch.jsonl") if row["model"] == name and row["ignore_eos"]]
     margins, agree = _teacher_forced(load_reference(path), rows)
-    # random weights: many near-ties; measured 97-99% at >= 0.02 and every position >= 0.1
-    _check_agreement(margins, agree, rate=0.97, always_above=1.0)
+    # random weights: many near-ties; measured 98.1% (llama3rope) and 98.7% (qwen3) at >= 0.02, every
+    # position >= 0.1 (the widest margin where they part: 0.077)
+    _check_agreement(margins, agree, rate=0.97, always_above=0.5)
