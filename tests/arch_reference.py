@@ -347,6 +347,7 @@ def reference_forward(
     quantize_activations: bool = True,
     tensors: dict | None = None,
     sequence_ids: list[int] | None = None,
+    last_only: bool = False,
 ) -> tuple[np.ndarray, dict[str, float]]:
     """Logits float32[n, vocab] of every position of ``tokens`` (one batch from position 0) and the
     eval-callback sums of llama.cpp's graph for that batch (see the module docstring).
@@ -354,7 +355,9 @@ def reference_forward(
     quantised matrices; F32 matrices take float inputs either way). ``tensors``: a dict that
     receives each named tensor (the rows its sum covers), for value-by-value comparisons.
     ``sequence_ids``: one per token, to run several sequences as one batch (llama.cpp's seq_id):
-    a token attends its own sequence only, at positions counted from that sequence's start."""
+    a token attends its own sequence only, at positions counted from that sequence's start.
+    ``last_only``: the logits of the last position alone (float32[1, vocab]), as llama.cpp computes
+    them for a prompt; the rest of a long sequence's logits would not fit in memory."""
     m = path_or_model if isinstance(path_or_model, ReferenceModel) else load_reference(path_or_model)
     t, n = m.tensors, len(tokens)
     sequences = np.zeros(n, np.int64) if sequence_ids is None else np.asarray(sequence_ids)
@@ -365,6 +368,9 @@ def reference_forward(
         x = rec("inp_scaled", x * F32(m.embedding_scale))
     for layer in range(m.n_layers):
         x = _layer(m, layer, x, (positions, sequences), quantize_activations, rec)
+    if last_only:
+        x = x[-1:]
+        rec.rows = slice(None)
     h = rec("result_norm", rec("norm", rms_norm(x, m.eps)) * _vector(t, "output_norm.weight"))
     output = t.get("output.weight", t["token_embd.weight"])  # tied: the embedding is the classifier
     logits = matmul(output, h, quantize_activations)

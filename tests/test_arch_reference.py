@@ -28,12 +28,14 @@ import json
 import re
 from collections import defaultdict
 
+import gguf
 import numpy as np
 import pytest
 from arch_models import ARCH, TINY, sha256_of, write_tiny_f32
-from arch_reference import load_reference, reference_forward, teacher_forced_logits
+from arch_reference import attention_mask, load_reference, reference_forward, teacher_forced_logits
 from conftest import read_jsonl, shared_file
 from evalcb_log import last, parse, printed, products_of, unnamed_products
+from gguf_file import GGUFFile
 from threadpoolctl import threadpool_limits
 
 HELLO_WORLD = {"gemma3": [2, 9259, 1902], "qwen3": [9707, 1879], "llama3rope": [1, 15043, 3186]}
@@ -181,3 +183,27 @@ def test_tiny_q4_k_m_teacher_forced_agrees_with_llama_cpp(kind):
     # random weights: many near-ties; measured 98.1% (llama3rope) and 98.7% (qwen3) at >= 0.02, every
     # position >= 0.1 (the widest margin where they part: 0.077)
     _check_agreement(margins, agree, rate=0.97, always_above=0.5)
+
+
+def test_sliding_window_mask_is_llama_cpps():
+    """A local layer at position p attends p0 with p - p0 < window, itself included (512 rows at
+    most); another sequence of the same batch is never seen."""
+    positions, sequences = np.r_[np.arange(600), np.arange(5)], np.r_[np.zeros(600, int), np.ones(5, int)]
+    local, full = attention_mask(positions, sequences, 512), attention_mask(positions, sequences, 0)
+    assert np.flatnonzero(local[599] == 0).tolist() == list(range(88, 600))
+    assert np.flatnonzero(full[599] == 0).tolist() == list(range(600))
+    assert np.flatnonzero(local[602] == 0).tolist() == [600, 601, 602]
+
+
+def test_gguf_file_reads_what_gguf_py_reads():
+    path = shared_file("arch/tiny-llama3rope-q4_k_m.gguf")
+    ours, theirs = GGUFFile(path), gguf.GGUFReader(path)
+    for name, field in theirs.fields.items():
+        if name.startswith("GGUF."):  # the header, which gguf-py lists as fields
+            continue
+        expected = None if name == "tokenizer.ggml.tokens" else field.contents()  # string arrays are skipped
+        assert ours.fields[name] == expected, name
+    assert [t.name for t in theirs.tensors] == list(ours.tensors)
+    for t in theirs.tensors:
+        assert ours.tensors[t.name].tensor_type == t.tensor_type
+        assert np.array_equal(ours.tensors[t.name].data.reshape(-1), np.asarray(t.data).reshape(-1)), t.name
