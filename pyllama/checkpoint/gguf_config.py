@@ -24,23 +24,24 @@ from pyllama.errors import CheckpointError
 
 @dataclass(frozen=True)
 class Architecture:
-    """What a GGUF ``general.architecture`` means for the forward pass (llama.cpp's graph of it)."""
+    """What a GGUF ``general.architecture`` means for the forward pass (llama.cpp's graph of it);
+    the defaults are the Llama block."""
 
     rope_style: str
-    biases_required: bool  # Q/K/V biases must be there (qwen2); elsewhere they are optional
-    qk_norm: bool  # blk.N.attn_q_norm / attn_k_norm (head_dim values each)
-    post_norms: bool  # blk.N.post_attention_norm / post_ffw_norm
-    ffn_activation: str
-    rope_freqs: bool  # may carry rope_freqs.weight (Llama 3 RoPE scaling)
-    sliding_window: bool  # reads attention.sliding_window, its layer pattern and rope.freq_base_swa
-    rotates_whole_heads: bool  # llama.cpp refuses rope.dimension_count != head size
+    biases_required: bool = False  # Q/K/V biases must be there (qwen2); elsewhere they are optional
+    qk_norm: bool = False  # blk.N.attn_q_norm / attn_k_norm (head_dim values each)
+    post_norms: bool = False  # blk.N.post_attention_norm / post_ffw_norm
+    ffn_activation: str = FFN_SILU
+    rope_freqs: bool = False  # may carry rope_freqs.weight (Llama 3 RoPE scaling)
+    sliding_window: bool = False  # reads attention.sliding_window, its layer pattern and rope.freq_base_swa
+    rotates_whole_heads: bool = False  # llama.cpp refuses rope.dimension_count != head size
 
 
 ARCHITECTURES = {
-    "llama": Architecture(ROPE_NORMAL, False, False, False, FFN_SILU, True, False, True),
-    "qwen2": Architecture(ROPE_NEOX, True, False, False, FFN_SILU, False, False, False),
-    "qwen3": Architecture(ROPE_NEOX, False, True, False, FFN_SILU, False, False, True),
-    "gemma3": Architecture(ROPE_NEOX, False, True, True, FFN_GELU_TANH, False, True, False),
+    "llama": Architecture(ROPE_NORMAL, rope_freqs=True, rotates_whole_heads=True),
+    "qwen2": Architecture(ROPE_NEOX, biases_required=True),
+    "qwen3": Architecture(ROPE_NEOX, qk_norm=True, rotates_whole_heads=True),
+    "gemma3": Architecture(ROPE_NEOX, qk_norm=True, post_norms=True, ffn_activation=FFN_GELU_TANH, sliding_window=True),
 }
 SUPPORTED_ARCHS = tuple(ARCHITECTURES)
 
