@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from arch_models import llama3_rope_factors
 from click.testing import CliRunner
+from conftest import shared_file
 from gguf import GGUFValueType as VT
 from gguf_reference import write_random_gguf
 
@@ -96,8 +97,6 @@ def test_gemma3_270m_config(gemma3):
 
 
 def test_tiny_qwen3_config():
-    from conftest import shared_file
-
     parsed = read_checkpoint(shared_file("arch/tiny-qwen3-q4_k_m.gguf"))
     cfg, layer = parsed.config, parsed.weights.layers[0]
     assert (cfg.arch, cfg.head_dim, cfg.q_dim, cfg.kv_dim, cfg.dim) == ("qwen3", 64, 512, 128, 256)
@@ -108,8 +107,6 @@ def test_tiny_qwen3_config():
 
 
 def test_tiny_llama3rope_factors():
-    from conftest import shared_file
-
     cfg = read_checkpoint(shared_file("arch/tiny-llama3rope-q4_k_m.gguf")).config
     # the README's values, and convert_hf_to_gguf.py's formula for them
     assert cfg.rope_freq_factors == (1.0,) * 8 + (2.6945300102233887,) + (8.0,) * 7
@@ -119,8 +116,6 @@ def test_tiny_llama3rope_factors():
 
 @pytest.mark.parametrize("name", ["tiny-qwen3-q4_k_m.gguf", "tiny-llama3rope-q4_k_m.gguf"])
 def test_running_them_stops_with_one_line(name):
-    from conftest import shared_file
-
     path = shared_file(f"arch/{name}")
     with pytest.raises(CheckpointError, match="the forward pass does not support it yet"):
         Model.load(path)
