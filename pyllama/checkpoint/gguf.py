@@ -6,13 +6,14 @@ file's ``metadata`` serves the config here and the vocabulary (``pyllama.tokeniz
 so one parse of a file serves both. Format: ggml's ``docs/gguf.md``; tensor dimensions are in ggml order, ``ne0``
 first: a matrix of ``ne = [cols, rows]`` stores row r at ``r * ne0`` (``ne0`` = inputs).
 
-Supported: architectures ``llama`` (RoPE pairs (2i, 2i+1)) and ``qwen2`` (NEOX pairs (i, i + n_rot/2)
-and Q/K/V biases), grouped-query attention, tied embeddings (no ``output.weight``), and matrices
+Supported: architectures ``llama`` (RoPE pairs (2i, 2i+1), optionally Llama 3's ``rope_freqs``
+factors), ``qwen2`` (NEOX pairs (i, i + n_rot/2) and Q/K/V biases), ``qwen3`` (NEOX, per-head
+QK-norm ``attn_q_norm``/``attn_k_norm``) and ``gemma3`` (NEOX, QK-norm, ``post_attention_norm`` and
+``post_ffw_norm``), grouped-query attention, tied embeddings (no ``output.weight``), and matrices
 stored in any type of ``pyllama.kernels.qtypes`` (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
-Q2_K-Q6_K; types may differ per tensor, the token embedding included). Hyperparameters come from the
-``{arch}.*`` keys with llama.cpp's defaults: ``head_count_kv`` = ``head_count``, ``key_length`` =
-``embedding_length / head_count``, ``rope.dimension_count`` = head size, ``rope.freq_base`` = 10000;
-the vocabulary size is the token list's length (or the embedding's rows when there is no list).
+Q2_K-Q6_K; types may differ per tensor, the token embedding included). Hyperparameters are
+``gguf_config``'s; the vocabulary size is the embedding's rows, checked against the token list.
+Every tensor of the file is used, or the file is refused: a tensor left over is a different model.
 
 Conversions of llama2.c checkpoints need no permutation here: llama.cpp's llama2.c converter copies
 wq/wk unchanged, because run.c and GGUF ``llama`` both rotate pairs (2i, 2i+1). (Its Hugging Face
@@ -28,10 +29,10 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, Keys
+from gguf import GGMLQuantizationType, GGUFReader, Keys
 from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
 
-from pyllama.checkpoint.gguf_meta import MetaValue
+from pyllama.checkpoint.gguf_config import ARCHITECTURES, SUPPORTED_ARCHS, Architecture, Meta, config_of
 from pyllama.checkpoint.gguf_reader import (  # open_gguf, read_gguf: re-exported, where callers import them
     GGUF_MAGIC,
     INTEGER_TYPES,
@@ -40,170 +41,18 @@ from pyllama.checkpoint.gguf_reader import (  # open_gguf, read_gguf: re-exporte
     read_gguf,
 )
 from pyllama.checkpoint.weights import LayerWeights, Tensor, Weights
-from pyllama.config import ARITH_GGML, ROPE_NEOX, ROPE_NORMAL, ModelConfig
+from pyllama.config import ModelConfig
 from pyllama.errors import CheckpointError
 from pyllama.kernels.qtypes import BY_GGML
 
 __all__ = ["GGUF_MAGIC", "INTEGER_TYPES", "load_gguf", "model_of", "open_gguf", "parse_gguf", "read_gguf"]
 
-ROPE_STYLES = {"llama": ROPE_NORMAL, "qwen2": ROPE_NEOX}
-SUPPORTED_ARCHS = tuple(ROPE_STYLES)
-ROPE_SCALE_LINEAR = "{arch}.rope.scale_linear"  # the old name of rope.scaling.factor
-# Bounds no real model comes near; a header outside them is corrupt, not a model.
-MAX_DIM = 1 << 20
-MAX_LAYERS = 1 << 12
-MAX_VOCAB = 1 << 24
-MAX_CONTEXT = 1 << 26
-
-_FLOAT_TYPES = {GGUFValueType.FLOAT32, GGUFValueType.FLOAT64}
+MAX_VOCAB = 1 << 24  # no real vocabulary comes near it: a larger one is a corrupt header
 
 
 def _tensor_name(kind: MODEL_TENSOR, suffix: str = "weight", layer: int | None = None) -> str:
     base = TENSOR_NAMES[kind]
     return f"{base.format(bid=layer) if layer is not None else base}.{suffix}"
-
-
-class _Meta:
-    """Typed access to the key/value metadata, with errors that name the file and the key."""
-
-    def __init__(self, reader: CheckedReader, name: str) -> None:
-        self.records = reader.metadata
-        self.name = name
-
-    def has(self, key: str) -> bool:
-        return key in self.records
-
-    def _wrong(self, key: str, kind: str, record: MetaValue) -> CheckpointError:
-        return CheckpointError(f"{self.name}: metadata {key} should be {kind}, found {record.type_name()}")
-
-    def string(self, key: str, default: str | None = None) -> str | None:
-        record = self.records.get(key)
-        if record is None:
-            return default
-        if record.type != GGUFValueType.STRING:
-            raise self._wrong(key, "a string", record)
-        try:
-            return record.value.decode("utf-8")  # type: ignore[attr-defined]
-        except UnicodeDecodeError:
-            raise CheckpointError(f"{self.name}: metadata {key} is not valid UTF-8") from None
-
-    def integer(self, key: str, default: int | None = None, per_layer: int = 0) -> int:
-        """An integer key; ``per_layer`` > 0 also accepts llama.cpp's one-value-per-layer arrays
-        when every layer has the same value (pyllama has one shape for all layers)."""
-        record = self.records.get(key)
-        if record is None:
-            if default is None:
-                raise CheckpointError(f"{self.name}: metadata key {key} is missing (llama.cpp requires it too)")
-            return default
-        if record.type == GGUFValueType.ARRAY and per_layer and record.item_type in INTEGER_TYPES:
-            values = [int(v) for v in record.value]  # type: ignore[attr-defined]
-            if len(values) != per_layer or len(set(values)) != 1:
-                raise CheckpointError(
-                    f"{self.name}: {key} varies per layer ({values[:8]}{' ...' if len(values) > 8 else ''}); "
-                    "pyllama supports models whose layers all have the same shape"
-                )
-            return values[0]
-        if record.type not in INTEGER_TYPES:
-            raise self._wrong(key, "an integer", record)
-        return int(record.value)  # type: ignore[call-overload]
-
-    def number(self, key: str, default: float | None = None) -> float:
-        record = self.records.get(key)
-        if record is None:
-            if default is None:
-                raise CheckpointError(f"{self.name}: metadata key {key} is missing (llama.cpp requires it too)")
-            return default
-        if record.type not in _FLOAT_TYPES | INTEGER_TYPES:
-            raise self._wrong(key, "a number", record)
-        return float(record.value)  # type: ignore[arg-type]
-
-    def array_length(self, key: str) -> int | None:
-        record = self.records.get(key)
-        if record is None:
-            return None
-        if record.type != GGUFValueType.ARRAY:
-            raise self._wrong(key, "an array", record)
-        return record.count
-
-
-def _config(meta: _Meta, arch: str, vocab_size: int) -> ModelConfig:
-    name = meta.name
-
-    def key(template: str) -> str:
-        return template.format(arch=arch)
-
-    n_layers = meta.integer(key(Keys.LLM.BLOCK_COUNT))
-    dim = meta.integer(key(Keys.LLM.EMBEDDING_LENGTH))
-    n_heads = meta.integer(key(Keys.Attention.HEAD_COUNT), per_layer=n_layers)
-    hidden_dim = meta.integer(key(Keys.LLM.FEED_FORWARD_LENGTH), per_layer=n_layers)
-    seq_len = meta.integer(key(Keys.LLM.CONTEXT_LENGTH))
-    shown = f"block_count={n_layers}, embedding_length={dim}, head_count={n_heads}, feed_forward_length={hidden_dim}"
-    if not (
-        0 < n_layers <= MAX_LAYERS
-        and 0 < dim <= MAX_DIM
-        and 0 < n_heads <= dim
-        and 0 < hidden_dim <= 16 * MAX_DIM
-        and 0 < seq_len <= MAX_CONTEXT
-    ):
-        raise CheckpointError(f"{name}: implausible hyperparameters ({shown}, context_length={seq_len}): corrupt file")
-    n_kv_heads = meta.integer(key(Keys.Attention.HEAD_COUNT_KV), default=n_heads, per_layer=n_layers)
-    if not 0 < n_kv_heads <= n_heads or n_heads % n_kv_heads:
-        raise CheckpointError(
-            f"{name}: head_count={n_heads} is not a multiple of head_count_kv={n_kv_heads}: "
-            "grouped-query attention needs whole groups"
-        )
-    if dim % n_heads and not meta.has(key(Keys.Attention.KEY_LENGTH)):
-        raise CheckpointError(f"{name}: embedding_length={dim} is not a multiple of head_count={n_heads}")
-    head_dim = meta.integer(key(Keys.Attention.KEY_LENGTH), default=dim // n_heads)
-    value_dim = meta.integer(key(Keys.Attention.VALUE_LENGTH), default=dim // n_heads)
-    if value_dim != head_dim:
-        raise CheckpointError(
-            f"{name}: key_length={head_dim} differs from value_length={value_dim}; pyllama needs equal head sizes"
-        )
-    if not 0 < head_dim <= MAX_DIM or head_dim % 2:
-        raise CheckpointError(f"{name}: head size {head_dim} is not a positive even number; RoPE needs pairs")
-    n_rot = meta.integer(key(Keys.Rope.DIMENSION_COUNT), default=head_dim)
-    if arch == "llama" and n_rot != head_dim:
-        # llama.cpp refuses this too ("invalid n_rot")
-        raise CheckpointError(
-            f"{name}: rope.dimension_count={n_rot} but the head size is {head_dim}; llama rotates whole heads"
-        )
-    if not 0 < n_rot <= head_dim or n_rot % 2:
-        raise CheckpointError(f"{name}: rope.dimension_count={n_rot} must be even and at most the head size {head_dim}")
-    rope_theta = meta.number(key(Keys.Rope.FREQ_BASE), default=10000.0)
-    if not rope_theta > 0:
-        raise CheckpointError(f"{name}: rope.freq_base={rope_theta} must be positive")
-    scaling = meta.string(key(Keys.Rope.SCALING_TYPE), default="none")
-    factor = meta.number(key(Keys.Rope.SCALING_FACTOR), default=0.0)
-    if factor == 0.0:
-        factor = meta.number(key(ROPE_SCALE_LINEAR), default=0.0)
-    if scaling not in ("none", "linear") or factor not in (0.0, 1.0):
-        raise CheckpointError(
-            f"{name}: RoPE scaling (type {scaling}, factor {factor:g}) is not supported; "
-            "pyllama runs models with plain RoPE"
-        )
-    experts = meta.integer(key(Keys.LLM.EXPERT_COUNT), default=0)
-    if experts:
-        raise CheckpointError(f"{name}: a mixture-of-experts model ({experts} experts); pyllama runs dense models only")
-    norm_eps = meta.number(key(Keys.Attention.LAYERNORM_RMS_EPS))
-    if not 0 < norm_eps < 1:
-        raise CheckpointError(f"{name}: layer_norm_rms_epsilon={norm_eps} is not a small positive number")
-    return ModelConfig(
-        dim=dim,
-        hidden_dim=hidden_dim,
-        n_layers=n_layers,
-        n_heads=n_heads,
-        n_kv_heads=n_kv_heads,
-        vocab_size=vocab_size,
-        seq_len=seq_len,
-        head_dim=head_dim,
-        n_rot=n_rot,
-        rope_theta=rope_theta,
-        rope_style=ROPE_STYLES[arch],
-        norm_eps=norm_eps,
-        arch=arch,
-        arithmetic=ARITH_GGML,  # match llama.cpp, which computes what people run these files with
-    )
 
 
 class _Tensors:
@@ -272,7 +121,7 @@ class _Tensors:
             shown = ", ".join(unused[:6]) + (f" and {len(unused) - 6} more" if len(unused) > 6 else "")
             hint = ""
             if any(n.startswith(TENSOR_NAMES[MODEL_TENSOR.ROPE_FREQS]) for n in unused):
-                hint = " (rope_freqs: Llama 3.1-style RoPE frequency scaling, not supported)"
+                hint = " (rope_freqs: Llama 3 RoPE frequency factors, which llama.cpp reads for llama only)"
             elif any(n.endswith(".bias") for n in unused):
                 hint = " (biases pyllama's Llama block does not have)"
             raise CheckpointError(
@@ -281,7 +130,7 @@ class _Tensors:
 
 
 def load_gguf(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
-    """Map a GGUF ``llama`` or ``qwen2`` model and return its config and zero-copy weight views."""
+    """Map a GGUF model and return its config and zero-copy weight views."""
     path = Path(path)
     return model_of(open_gguf(path), path)
 
@@ -292,18 +141,9 @@ def parse_gguf(path: Path, file: BinaryIO | None = None) -> tuple[ModelConfig, W
     return model_of(read_gguf(path, file), path)
 
 
-def model_of(reader: CheckedReader, path: Path) -> tuple[ModelConfig, Weights]:
-    """The config and zero-copy weight views of a parsed GGUF ``llama`` or ``qwen2`` model."""
-    name = path.name
-    meta = _Meta(reader, name)
-    arch = meta.string(Keys.General.ARCHITECTURE)
-    if arch is None:
-        raise CheckpointError(f"{name}: no general.architecture key: a vocabulary-only GGUF, not a model?")
-    if arch not in SUPPORTED_ARCHS:
-        raise CheckpointError(
-            f"{name}: architecture {arch!r} is not supported; pyllama runs {' and '.join(SUPPORTED_ARCHS)} models"
-        )
-    tensors = _Tensors(reader, name)
+def _vocab_size(meta: Meta, tensors: _Tensors, arch: str) -> int:
+    """The embedding's rows, checked against the token list and ``{arch}.vocab_size``."""
+    name = meta.name
     embd_name = _tensor_name(MODEL_TENSOR.TOKEN_EMBD)
     if not tensors.has(embd_name):
         raise CheckpointError(f"{name}: tensor {embd_name} is missing: a vocabulary-only GGUF, not a model?")
@@ -321,46 +161,82 @@ def model_of(reader: CheckedReader, path: Path) -> tuple[ModelConfig, Weights]:
         raise CheckpointError(f"{name}: {arch}.vocab_size={declared:,} but {embd_name} has {vocab_size:,} rows")
     if not 0 < vocab_size <= MAX_VOCAB:
         raise CheckpointError(f"{name}: vocabulary of {vocab_size:,} tokens is implausible: corrupt file")
-    cfg = _config(meta, arch, vocab_size)
+    return vocab_size
 
+
+def _layer(tensors: _Tensors, cfg: ModelConfig, spec: Architecture, i: int) -> LayerWeights:
+    """Layer ``i``'s views: the Llama block, plus the optional tensors its architecture has."""
     d, h, qd, kvd = cfg.dim, cfg.hidden_dim, cfg.q_dim, cfg.kv_dim
-    emb = tensors.matrix(embd_name, vocab_size, d)
-    final_norm = tensors.vector(_tensor_name(MODEL_TENSOR.OUTPUT_NORM), d)
+
+    def tn(kind: MODEL_TENSOR, suffix: str = "weight") -> str:
+        return _tensor_name(kind, suffix, i)
+
+    optional: dict[str, np.ndarray] = {}
+    for kind, field, n in (
+        (MODEL_TENSOR.ATTN_Q, "bq", qd),
+        (MODEL_TENSOR.ATTN_K, "bk", kvd),
+        (MODEL_TENSOR.ATTN_V, "bv", kvd),
+    ):
+        # qwen2 requires them (as llama.cpp does); the others may have them
+        if spec.biases_required or tensors.has(tn(kind, "bias")):
+            optional[field] = tensors.vector(tn(kind, "bias"), n)
+    if spec.qk_norm:
+        optional["q_norm"] = tensors.vector(tn(MODEL_TENSOR.ATTN_Q_NORM), cfg.head_dim)
+        optional["k_norm"] = tensors.vector(tn(MODEL_TENSOR.ATTN_K_NORM), cfg.head_dim)
+    if spec.post_norms:
+        optional["post_attention_norm"] = tensors.vector(tn(MODEL_TENSOR.ATTN_POST_NORM), d)
+        optional["post_ffn_norm"] = tensors.vector(tn(MODEL_TENSOR.FFN_POST_NORM), d)
+    return LayerWeights(
+        attn_norm=tensors.vector(tn(MODEL_TENSOR.ATTN_NORM), d),
+        wq=tensors.matrix(tn(MODEL_TENSOR.ATTN_Q), qd, d),
+        wk=tensors.matrix(tn(MODEL_TENSOR.ATTN_K), kvd, d),
+        wv=tensors.matrix(tn(MODEL_TENSOR.ATTN_V), kvd, d),
+        wo=tensors.matrix(tn(MODEL_TENSOR.ATTN_OUT), d, qd),
+        ffn_norm=tensors.vector(tn(MODEL_TENSOR.FFN_NORM), d),
+        w1=tensors.matrix(tn(MODEL_TENSOR.FFN_GATE), h, d),
+        w2=tensors.matrix(tn(MODEL_TENSOR.FFN_DOWN), d, h),
+        w3=tensors.matrix(tn(MODEL_TENSOR.FFN_UP), h, d),
+        **optional,
+    )
+
+
+def _rope_freq_factors(tensors: _Tensors, cfg: ModelConfig, spec: Architecture) -> tuple[float, ...] | None:
+    """Llama 3's RoPE frequency factors (``rope_freqs.weight``, n_rot / 2 values), if the file has them."""
+    rope_freqs = _tensor_name(MODEL_TENSOR.ROPE_FREQS)
+    if not (spec.rope_freqs and tensors.has(rope_freqs)):
+        return None  # (in another architecture the tensor stays unused, and check_all_used refuses it)
+    factors = tensors.vector(rope_freqs, cfg.n_rot // 2)
+    if not (np.all(np.isfinite(factors)) and np.all(factors > 0)):
+        raise CheckpointError(f"{tensors.name}: {rope_freqs} holds factors that are not finite and positive")
+    return tuple(float(f) for f in np.asarray(factors, dtype=np.float32))
+
+
+def model_of(reader: CheckedReader, path: Path) -> tuple[ModelConfig, Weights]:
+    """The config and zero-copy weight views of a parsed GGUF model of a supported architecture."""
+    name = path.name
+    meta = Meta(reader, name)
+    arch = meta.string(Keys.General.ARCHITECTURE)
+    if arch is None:
+        raise CheckpointError(f"{name}: no general.architecture key: a vocabulary-only GGUF, not a model?")
+    if arch not in ARCHITECTURES:
+        raise CheckpointError(
+            f"{name}: architecture {arch!r} is not supported; pyllama runs "
+            f"{', '.join(SUPPORTED_ARCHS[:-1])} and {SUPPORTED_ARCHS[-1]} models"
+        )
+    spec = ARCHITECTURES[arch]
+    tensors = _Tensors(reader, name)
+    vocab_size = _vocab_size(meta, tensors, arch)
+    cfg = config_of(meta, arch, vocab_size)
+    emb = tensors.matrix(_tensor_name(MODEL_TENSOR.TOKEN_EMBD), vocab_size, cfg.dim)
+    final_norm = tensors.vector(_tensor_name(MODEL_TENSOR.OUTPUT_NORM), cfg.dim)
     out_name = _tensor_name(MODEL_TENSOR.OUTPUT)
     shared = not tensors.has(out_name)
-    cls = emb if shared else tensors.matrix(out_name, vocab_size, d)
-    layers = []
-    for i in range(cfg.n_layers):
-
-        def tn(kind: MODEL_TENSOR, suffix: str = "weight", layer: int = i) -> str:
-            return _tensor_name(kind, suffix, layer)
-
-        biases = {}
-        for kind, key, n in (
-            (MODEL_TENSOR.ATTN_Q, "bq", qd),
-            (MODEL_TENSOR.ATTN_K, "bk", kvd),
-            (MODEL_TENSOR.ATTN_V, "bv", kvd),
-        ):
-            # qwen2 requires them (as llama.cpp does); llama may have them
-            if arch == "qwen2" or tensors.has(tn(kind, "bias")):
-                biases[key] = tensors.vector(tn(kind, "bias"), n)
-        layers.append(
-            LayerWeights(
-                attn_norm=tensors.vector(tn(MODEL_TENSOR.ATTN_NORM), d),
-                wq=tensors.matrix(tn(MODEL_TENSOR.ATTN_Q), qd, d),
-                wk=tensors.matrix(tn(MODEL_TENSOR.ATTN_K), kvd, d),
-                wv=tensors.matrix(tn(MODEL_TENSOR.ATTN_V), kvd, d),
-                wo=tensors.matrix(tn(MODEL_TENSOR.ATTN_OUT), d, qd),
-                ffn_norm=tensors.vector(tn(MODEL_TENSOR.FFN_NORM), d),
-                w1=tensors.matrix(tn(MODEL_TENSOR.FFN_GATE), h, d),
-                w2=tensors.matrix(tn(MODEL_TENSOR.FFN_DOWN), d, h),
-                w3=tensors.matrix(tn(MODEL_TENSOR.FFN_UP), h, d),
-                **biases,
-            )
-        )
+    cls = emb if shared else tensors.matrix(out_name, vocab_size, cfg.dim)
+    layers = [_layer(tensors, cfg, spec, i) for i in range(cfg.n_layers)]
+    factors = _rope_freq_factors(tensors, cfg, spec)
     tensors.check_all_used()
     qkv_bias = any(lw.bq is not None for lw in layers)
-    cfg = replace(cfg, shared_classifier=shared, qkv_bias=qkv_bias)
+    cfg = replace(cfg, shared_classifier=shared, qkv_bias=qkv_bias, rope_freq_factors=factors)
     types = sorted({t.tensor_type.name for t in reader.tensors}, key=lambda s: (s != "F32", s))
     version = int(reader.fields["GGUF.version"].contents())
     fmt = f"GGUF v{version} {arch} ({'/'.join(types)})"

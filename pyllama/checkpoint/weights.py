@@ -85,6 +85,19 @@ class LayerWeights:
     bq: np.ndarray | None = None  # qwen2 biases, float32
     bk: np.ndarray | None = None
     bv: np.ndarray | None = None
+    q_norm: np.ndarray | None = None  # float32[head_dim]: RMSNorm weight of every query head (qwen3, gemma3)
+    k_norm: np.ndarray | None = None  # float32[head_dim]: of every key head
+    post_attention_norm: np.ndarray | None = None  # float32[dim]: RMSNorm of Wo's output (gemma3)
+    post_ffn_norm: np.ndarray | None = None  # float32[dim]: RMSNorm of W2's output (gemma3)
+
+    def vectors(self) -> list[np.ndarray]:
+        """Every norm weight and bias the layer has."""
+        return [
+            v
+            for v in (self.attn_norm, self.ffn_norm, self.bq, self.bk, self.bv, self.q_norm, self.k_norm)
+            + (self.post_attention_norm, self.post_ffn_norm)
+            if v is not None
+        ]
 
 
 @dataclass
@@ -107,7 +120,5 @@ class Weights:
 
     def parameter_count(self) -> int:
         n = sum(t.rows * t.cols for t in self.tensors())
-        n += self.final_norm.size + sum(lw.attn_norm.size + lw.ffn_norm.size for lw in self.layers)
-        for lw in self.layers:
-            n += sum(b.size for b in (lw.bq, lw.bk, lw.bv) if b is not None)
+        n += self.final_norm.size + sum(v.size for lw in self.layers for v in lw.vectors())
         return int(n)

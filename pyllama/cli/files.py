@@ -41,8 +41,12 @@ def info(checkpoint, as_json):
     for key, value in facts.items():
         if isinstance(value, int) and not isinstance(value, bool) and key in ("bytes", "parameters"):
             value = f"{value:,}"
-        elif key == "norm_eps":  # a float32 in the file: its shortest float32 form (1e-05, not 9.99...e-06)
+        elif key in _FLOAT32_FACTS:  # a float32 in the file: its shortest float32 form (1e-05, not 9.99...e-06)
             value = str(np.float32(value))
+        elif key in ("layer_windows", "layer_rope_bases"):
+            value = _per_layer(value, global_zero=key == "layer_windows")
+        elif key == "rope_freq_factors" and value is not None:
+            value = _runs(value)
         click.echo(f"{key:<{width}}  {value}")
 
 
@@ -53,6 +57,46 @@ def _tensor_types(weights) -> list[str]:
         return sorted({t.tensor_type.name for t in listed})
     # a llama2.c file: its matrices' type, and its norm vectors, which are float32 in every version
     return sorted({t.qtype.name for t in weights.tensors()} | {"F32"})
+
+
+_FLOAT32_FACTS = ("norm_eps", "embedding_scale", "attention_scale")
+
+
+def _shown(value, global_zero: bool = False) -> str:
+    """A window (0: ``global``) or a float32 number in its shortest form (whole numbers without ``.0``)."""
+    if global_zero and value == 0:
+        return "global"
+    return str(int(value)) if float(value).is_integer() else str(np.float32(value))
+
+
+def _per_layer(values: list, global_zero: bool = False) -> str:
+    """A per-layer list as its distinct values and the layers that have each: ``512 (layers 0-4, 6-10),
+    global (layers 5, 11)``; one value: ``global (every layer)``."""
+    if len(set(values)) == 1:
+        return f"{_shown(values[0], global_zero)} (every layer)"
+    groups = []
+    for value in dict.fromkeys(values):
+        layers = [i for i, v in enumerate(values) if v == value]
+        spans = []
+        for i in layers:
+            if spans and spans[-1][1] == i - 1:
+                spans[-1][1] = i
+            else:
+                spans.append([i, i])
+        ranges = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+        groups.append(f"{_shown(value, global_zero)} (layers {ranges})")
+    return ", ".join(groups)
+
+
+def _runs(values: list) -> str:
+    """Float32 values with repeats collapsed: ``1 x8, 2.69453, 8 x7``."""
+    out: list[list] = []
+    for v in values:
+        if out and out[-1][0] == v:
+            out[-1][1] += 1
+        else:
+            out.append([v, 1])
+    return ", ".join(_shown(v) + (f" x{n}" if n > 1 else "") for v, n in out)
 
 
 @click.command()
@@ -116,7 +160,8 @@ def download(names, as_list, cache_dir, progress):
 
     \b
     A model's tokenizer comes with it (tokenizer.bin for stories15M/42M/110M, tok512 for
-    stories260K; a GGUF model carries its own). Afterwards -c/-z take the name anywhere:
+    stories260K; a GGUF model carries its own). Each file comes under its own licence (README,
+    Models). Afterwards -c/-z take the name anywhere:
       pyllama download stories15M
       pyllama generate -c stories15M -i "Once upon a time"
     $PYLLAMA_DOWNLOAD_MIRROR=URL fetches MIRROR/FILENAME instead of the public URLs.
@@ -149,5 +194,7 @@ def download(names, as_list, cache_dir, progress):
             continue
         check = "sha256 verified" if got.verified else "size checked"
         click.echo(f"{name}: {got.entry.bytes:,} bytes, {check}: {where}")
+        if got.entry.licence:
+            click.echo(f"note: {name} is provided under and subject to its terms: {got.entry.licence}", err=True)
         if not got.verified:
             click.echo(f"note: {name} was not verified by hash (no published sha256 is known), only by size", err=True)

@@ -54,19 +54,38 @@ _TYPE_TO_ATTR: dict[int, TokenAttr] = {  # tokenizer.ggml.token_type -> attribut
 SPECIAL = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN  # matched in the input text
 _ATTR_OF_TYPE = np.array([int(_TYPE_TO_ATTR.get(t, TokenAttr.UNDEFINED)) for t in range(max(_TYPE_TO_ATTR) + 1)])
 
-# llama.cpp recognises some special tokens by their text; these become CONTROL tokens.
-_EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>")
-_EOT_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>", "<｜end▁of▁sentence｜>")
+# llama.cpp recognises some special tokens by their text; these become CONTROL tokens. The lists are
+# llama.cpp's at 0c1e570 (llama_vocab::impl::load), in its order.
+_EOG_TEXTS = (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
+)  # fmt: skip
+_EOT_TEXTS = (
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
+    "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+)  # fmt: skip
 _BY_TEXT = {  # key: texts that stand for it when the key is absent
     Keys.Tokenizer.EOT_ID: _EOT_TEXTS,
     Keys.Tokenizer.EOM_ID: ("<|eom_id|>",),
-    Keys.Tokenizer.FIM_PRE_ID: ("<|fim_prefix|>", "<fim-prefix>", "<｜fim▁begin｜>", "<PRE>"),
-    Keys.Tokenizer.FIM_SUF_ID: ("<|fim_suffix|>", "<fim-suffix>", "<｜fim▁hole｜>", "<SUF>"),
-    Keys.Tokenizer.FIM_MID_ID: ("<|fim_middle|>", "<fim-middle>", "<｜fim▁end｜>", "<MID>"),
-    Keys.Tokenizer.FIM_PAD_ID: ("<|fim_pad|>", "<fim-pad>", "<PAD>"),
-    Keys.Tokenizer.FIM_REP_ID: ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"),
+    Keys.Tokenizer.FIM_PRE_ID: (
+        "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
+        "<|prefix|>",
+    ),
+    Keys.Tokenizer.FIM_SUF_ID: (
+        "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>",
+        "<|suffix|>",
+    ),
+    Keys.Tokenizer.FIM_MID_ID: (
+        "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>",
+        "<|middle|>",
+    ),
+    Keys.Tokenizer.FIM_PAD_ID: ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    Keys.Tokenizer.FIM_REP_ID: ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
     Keys.Tokenizer.FIM_SEP_ID: ("<|file_sep|>",),
-}
+}  # fmt: skip
+_NORMAL_S_MARKERS = ("<|tool_response>", "<|plamo:eos|>")  # gemma4, plamo: their "</s>" is ordinary text
+_ALWAYS_RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")  # gpt-oss: user-defined
 _DEPRECATED_FIM = {  # older spellings of three FIM keys, read after the new ones
     Keys.Tokenizer.FIM_PRE_ID: Keys.Tokenizer.PREFIX_ID,
     Keys.Tokenizer.FIM_SUF_ID: Keys.Tokenizer.SUFFIX_ID,
@@ -169,6 +188,7 @@ def vocab_from_records(records: Mapping[str, MetaValue], name: str) -> GgufVocab
     add_bos = _first(meta.boolean(K.ADD_BOS), add_bos)
     add_eos = _first(meta.boolean(K.ADD_EOS), False)
     eog = _special_by_text(ids, attrs, seen)
+    _mark_unused(tokens, attrs)
     _attrs_by_model_name(meta, pre, attrs, seen)
     return GgufVocab(
         name=name,
@@ -257,7 +277,30 @@ def _special_by_text(ids: dict[str, int | None], attrs: list[int], seen: dict[st
         if text in seen:
             attrs[seen[text]] |= TokenAttr.CONTROL
             eog.add(seen[text])
+    for text in _ALWAYS_RENDERED:
+        if text in seen:
+            attrs[seen[text]] = int(TokenAttr.USER_DEFINED)
+    eog.discard(None)
+
+    def ends(text: str) -> bool:
+        return text in seen and seen[text] in eog
+
+    # o200k_harmony and solar-open: there "<|end|>" ends a message, not the generation
+    if ends("<|end|>") and (ends("<|call|>") or ends("<|calls|>")) and (ends("<|return|>") or ends("<|flush|>")):
+        eog.discard(seen["<|end|>"])
+        attrs[seen["<|end|>"]] = int(TokenAttr.USER_DEFINED)
+    if ends("</s>") and any(ends(marker) for marker in _NORMAL_S_MARKERS):
+        eog.discard(seen["</s>"])
+        attrs[seen["</s>"]] = int(TokenAttr.NORMAL)
     return eog
+
+
+def _mark_unused(tokens: list[str], attrs: list[int]) -> None:
+    """Control tokens whose text says "unused" are UNUSED too (llama.cpp's auto-detection; no
+    text it recognises as special says "unused", so doing this last changes nothing)."""
+    for token in np.flatnonzero(np.asarray(attrs) & int(TokenAttr.CONTROL)).tolist():
+        if "unused" in tokens[token]:
+            attrs[token] |= int(TokenAttr.UNUSED)
 
 
 def _attrs_by_model_name(meta: _Metadata, pre: str | None, attrs: list[int], seen: dict[str, int]) -> None:
