@@ -18,7 +18,7 @@ from pyllama.attention.guard import checked_memory_bytes, plugin_calls
 from pyllama.attention.registry import create_plugin
 from pyllama.diff._block import classify_block
 from pyllama.diff._metrics import RowSoftmax
-from pyllama.diff.retrieval_scores import greedy_decode
+from pyllama.diff.retrieval_scores import decode_answer
 from pyllama.engine import Engine
 from pyllama.errors import PluginError, PyllamaError
 from pyllama.kernels.aligned import zeros_aligned
@@ -86,7 +86,7 @@ class LiveSide:
         self.engine.set_ledger()
 
     def greedy(self, seg: Segment) -> list[int]:
-        return greedy_decode(self.engine, seg.tokens[: seg.target.prompt], seg.target.length)
+        return decode_answer(self.engine, seg)
 
     def run(self, tokens: np.ndarray, start: int, where: str, seq: int) -> None:
         """Positions ``start..`` of sequence ``seq`` (``tokens``) into the buffers."""
@@ -168,7 +168,7 @@ class ReplaySide:
             plugin = create_plugin(self.spec)
             with plugin_calls(self.label, "init"):
                 self._engine = Engine(self.config, self.weights, plugin, self.n_threads, max_block=self.block)
-        return greedy_decode(self._engine, seg.tokens[: seg.target.prompt], seg.target.length)
+        return decode_answer(self._engine, seg)
 
     def run(self, tokens: np.ndarray, start: int, where: str, seq: int) -> None:
         r = slice(self.offsets[seq] + start, self.offsets[seq] + start + tokens.shape[0])

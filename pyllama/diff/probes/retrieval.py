@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RETRIEVAL_NAMES", "Target", "is_retrieval_spec", "retrieval_probe"]
 
-RETRIEVAL_NAMES = ("passkey", "needle", "copy")
+RETRIEVAL_NAMES = ("passkey", "needle", "copy", "ruler")  # ruler: see pyllama.diff.probes.ruler
 INTRO = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
     "I will quiz you about the important information there."
@@ -53,16 +53,24 @@ MIN_LENGTH = 32
 class Target:
     """What a retrieval sequence scores: tokens ``start .. start + length - 1`` (teacher-forced;
     the row before each predicts it). ``prompt`` tokens come before the answer (greedy decoding
-    starts there); ``needle`` is the first token of the key in the haystack (of the first copy)."""
+    starts there); ``needle`` is the first token of the key in the haystack (of the first copy).
+    A RULER task (:mod:`pyllama.diff.probes.ruler`) also says where its question and answer prefix
+    start, its reference answers, and how far greedy decoding goes."""
 
-    kind: str  # "passkey" or "copy"
-    key: str  # the digits; for copy the first copy's text
+    kind: str  # "passkey", "copy" or "ruler"
+    key: str  # the digits; for copy the first copy's text; for ruler the answer as teacher-forced
     start: int
     length: int
     prompt: int
     needle: int
     depth: float | None = None  # fraction of the filler before the needle
     requested: int = 0  # the length the probe asked for (the sequence is at most this long)
+    task: str = ""  # ruler: the task's name
+    answers: tuple[str, ...] = ()  # ruler: the reference strings, in RULER's order
+    context_end: int = -1  # ruler: the question's first token (the context is the tokens before it)
+    prefix: int = -1  # ruler: the answer prefix's first token
+    generate: int = 0  # tokens greedy decoding writes at most (0: as many as the answer has)
+    stop: tuple[int, ...] = ()  # tokens that end greedy decoding (not written)
 
     @property
     def distance(self) -> int:
@@ -152,6 +160,10 @@ def retrieval_probe(text: str, tokenizer: Tokenizer, seq_len: int) -> Probe:
     """The Probe a spec string names, tokenised for ``tokenizer`` (context ``seq_len``)."""
     from pyllama.diff.probes import Probe
 
+    if text.partition(":")[0].strip() == "ruler":
+        from pyllama.diff.probes.ruler import ruler_probe
+
+        return ruler_probe(text, tokenizer, seq_len)
     name, v = parse_spec(text, seq_len)
     if name == "copy":
         return Probe(text, [copy_segment(tokenizer, v["length"], v["span"], v["seed"])])
