@@ -10,6 +10,7 @@ keys' needles, the chain's variables, the most common and most frequent words.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from collections import Counter
@@ -145,8 +146,8 @@ def _check_niah(task: str, user: str, answer: str, sample) -> None:
     else:  # the essay from its start, the needles between its sentences
         assert len(needles) == n_keys * n_values
         text = re.sub(r" ?One of the special magic \w+ for .+? is: [\w-]+\.", "", context)
-        words = text.split()
-        assert words == list(essay_words()[: len(words)]) and len(words) > 50
+        words, essay = text.split(), list(essay_words())
+        assert words == (essay * (1 + len(words) // len(essay)))[: len(words)] and len(words) > 50  # repeated
 
 
 # ---- variable tracking, common and frequent words ----------------------------------------------
@@ -360,11 +361,15 @@ def test_diff_scores_a_task_end_to_end(smollm2, tmp_path):
     spec = "ruler:task=niah_single_1,length=512"
     out = tmp_path / "r.json"
     args = ["diff", "causal", "sink:4,64", "--probe", spec, "-c", str(shared_file(SMOLLM2)), "--json", str(out)]
-    result = CliRunner().invoke(main, args)
+    result = CliRunner().invoke(main, [*args, "--csv", str(tmp_path / "r.csv")])
     assert result.exit_code == 0, result.output
     assert "RULER string_match_all" in result.output
     report = json.loads(out.read_text())
     (row,) = report["retrieval"]
+    with open(tmp_path / "r.retrieval.csv", newline="") as f:  # the same row, per sequence, beside --csv
+        (csv_row,) = list(csv.DictReader(f))
+    assert csv_row["task"] == row["task"] and float(csv_row["logp_b"]) == row["logp_b"]
+    assert float(csv_row["match_all_a"]) == row["match_all_a"] and csv_row["answers"] == "|".join(row["answers"])
     seg = load_probe(spec, smollm2.tokenizer, smollm2.config.seq_len).segments[0]
     t = seg.target
     assert row["task"] == "niah_single_1" and row["answers"] == list(t.answers)

@@ -14,6 +14,8 @@ style of TinyStories) and is tokenised per model, so each sequence fits *that* m
 * ``standard`` — all three;
 * ``passkey``, ``needle``, ``copy`` — retrieval probes generated in code, seeded, with options
   (``passkey:depth=0.25,length=2000``): see :mod:`pyllama.diff.probes.retrieval`.
+* ``ruler`` — RULER's 11 synthetic tasks, generated in code, seeded, with options
+  (``ruler:task=niah_multikey_2,length=4096``): see :mod:`pyllama.diff.probes.ruler`.
 
 Any text file is a probe too: the whole file is one sequence, or several when they are separated
 by lines holding only ``<|endoftext|>`` (the TinyStories convention).
@@ -357,8 +359,8 @@ def _built_in(name: str, tokenizer: Tokenizer, seq_len: int) -> Probe:
 
 def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) -> Probe:
     """A Probe from a name (``standard``, ``stories``, ``long``, ``recall``), a retrieval spec
-    (``passkey[:options]``, ``needle[:options]``, ``copy[:options]``), a text file path, a Probe,
-    or token ids."""
+    (``passkey[:options]``, ``needle[:options]``, ``copy[:options]``, ``ruler[:options]``), a text
+    file path, a Probe, or token ids."""
     if isinstance(probe, Probe):
         return probe
     if isinstance(probe, (list, tuple, np.ndarray)):
