@@ -276,7 +276,8 @@ TOO_SHORT = {("smollm2", 512): {"cwe"}, ("stories", 1024): {"cwe"}}
 
 
 @pytest.mark.parametrize(
-    "which,length", [("smollm2", 512), ("smollm2", 1500), ("smollm2", 3000), ("stories", 1024), ("stories", 3000)]
+    "which,length",
+    [("smollm2", 512), ("smollm2", 1024), ("smollm2", 1500), ("smollm2", 3000), ("stories", 1024), ("stories", 3000)],
 )
 def test_lengths_within_one_percent(smollm2, stories, which, length):
     model, chat = (smollm2, True) if which == "smollm2" else (stories, False)

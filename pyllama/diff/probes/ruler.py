@@ -12,8 +12,8 @@ left out, so an average over these is not RULER's 13-task average). The tasks an
 * **Length.** ``length`` is the whole sequence in the model's tokens: context, question, answer
   prefix and the answer. The haystack is sized by bisection on the token count of the whole
   rendered text, to the largest size that fits (a cut at a word end when that is within 1% of
-  ``length``, else at a character), so a sequence is at most ``length`` tokens and, except where one
-  unit of a haystack is more than 1% (cwe's list entries below about 500 tokens), within 1% of it.
+  ``length``, else at a character; cwe's list grows by one entry, fwe's text by one word), so a
+  sequence is at most ``length`` tokens and within 1% of it.
   RULER sizes by its tokenizer too, but keeps ``tokens_to_generate`` free instead of the answer.
 * **The answer.** The teacher-forced target is the reference answers in RULER's order, written as a
   reply would: niah and fwe joined by ", ", vt by spaces (as RULER's worked example of vt), cwe

@@ -9,7 +9,7 @@ and its generators:
 
 * ``niah_*`` — the needle "One of the special magic {numbers} for {key} is: {value}." in a
   haystack: ``noise`` (RULER's five sentences, one line each repetition), ``essay`` (prose; see
-  below) or ``needle`` (a haystack of such sentences with other keys). Keys are adjective-noun
+  below) or ``needle`` (a haystack of such sentences with other keys, never the asked one). Keys are adjective-noun
   words drawn from the ``wonderwords`` package's lists (as RULER draws them) or UUIDs; values are
   7-digit numbers or UUIDs. A single answer makes the template singular, as RULER's
   replacements do ("A special magic number is hidden ...").
@@ -23,9 +23,9 @@ and its generators:
   "...", the three after it are the answer.
 
 Sizes: ``niah`` and ``vt`` cut their haystack at ``size`` characters (the fitting prefers the end
-of a line or sentence, then of a word), ``cwe`` lists ``size`` distinct words, ``fwe`` takes
-``size`` as the Zipf word count. The essay haystack is prose written for this project
-(:mod:`.ruler_text`), not RULER's Paul Graham essays.
+of a line or sentence, then of a word), ``cwe`` lists ``size`` distinct words, ``fwe`` writes
+``size`` words. The essay haystack is prose written for this project (:mod:`.ruler_text`), not
+RULER's Paul Graham essays.
 
 Every draw comes from numpy generators seeded by (seed, task, purpose): the keys, values, and
 places do not depend on the size, and a haystack of needles grows by appending, so a bigger size
@@ -39,6 +39,7 @@ import math
 import re
 import string
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -296,10 +297,16 @@ class CweDrafter:
 
 class FweDrafter:
     """``fwe``: a vocabulary of ``(length - 50) // 50`` coded 6-letter words (RULER's size), the
-    first replaced by "..."; ``draft(size)`` writes word k ``floor(size * k^-2 / zeta(2))`` times,
-    shuffled. The answer is words 2 to 4, the most frequent after the dots."""
+    first replaced by "..."; word k is written ``floor(n * k^-2 / zeta(2))`` times for RULER's word
+    count n, shuffled. The answer is words 2 to 4, the most frequent after the dots.
 
-    min_size = 40  # the smallest count that writes every answer word and no word after them
+    ``draft(size)`` writes ``size`` words: the copies in the order they appear as n grows (the j-th
+    copy of word k at n = j k^2 zeta(2)), so at every n the counts are RULER's, and between two n
+    the words that n adds arrive one at a time (words 2, 4, 8, ... gain a copy at the same n, a
+    step too coarse for 1%). The shuffle orders the copies by random keys, the j-th copy of word k
+    taking the j-th draw of word k's own stream: a word more moves no other."""
+
+    min_size = 33  # RULER's counts at n = 40 (24, 6, 2, 1): every answer word written, none after them
 
     def __init__(self, task: Task, seed: int, length: int) -> None:
         size = (length - task.generate) // 50
@@ -319,12 +326,19 @@ class FweDrafter:
 
     def draft(self, size: int) -> Draft:
         zeta2 = math.pi**2 / 6  # RULER's scipy.special.zeta(alpha) at its alpha = 2
-        counts = [int(size * k**-2.0 / zeta2) for k in range(1, len(self.vocab) + 1)]
-        words = [w for w, c in zip(self.vocab, counts, strict=True) for _ in range(c)]
-        order = _rng(self.seed, self.name, 2).permutation(len(words))
+        n = size
+        while sum(int(n / (k * k * zeta2)) for k in range(1, len(self.vocab) + 1)) < size:
+            n *= 2
+        copies = [
+            (j * k * k * zeta2, k - 1, j)
+            for k in range(1, len(self.vocab) + 1)
+            for j in range(1, int(n / (k * k * zeta2)) + 1)
+        ]
+        counts = Counter(k for _, k, _ in sorted(copies)[:size])
+        keys = [(key, k) for k, c in counts.items() for key in _rng(self.seed, self.name, 10 + k).random(c)]
         head, question = split_template(FWE_TEMPLATE)
         answers = tuple(self.vocab[1:4])
-        text = " ".join(words[int(i)] for i in order)
+        text = " ".join(self.vocab[k] for _, k in sorted(keys))
         return Draft(head, text, question, FWE_PREFIX, answers, " " + ", ".join(answers))
 
 
