@@ -60,7 +60,10 @@ def _output_figure(ctx: click.Context, param: click.Parameter, value: str | None
     "probes, generated and seeded: passkey[:depth=0.5,length=N,seed=0,digits=5,chat=auto], "
     "needle[:depths=0/0.25/0.5/0.75/1,lengths=N/M,...] (one passkey per depth x length; "
     "default lengths 1/4, 1/2 and all of the context), copy[:span=32,length=N,seed=0]; "
-    "length = tokens in the sequence (default half the context).",
+    "length = tokens in the sequence (default half the context). RULER's 11 synthetic tasks: "
+    "ruler[:task=niah_single_1/vt/...,length=4096,seed=0,samples=1,chat=auto] (default all 11 at "
+    "4096 tokens or the context), scored with RULER's string match on the greedy answer and by "
+    "log P(answer).",
 )
 @click.option(
     "--text",

@@ -274,6 +274,8 @@ class DiffReport:
             f.write("\n")
 
     def to_csv(self, path: str | os.PathLike) -> None:
+        """Every per-position row; with a retrieval probe, also one row per scored sequence in
+        ``retrieval_path(path)`` (``rows.csv`` -> ``rows.retrieval.csv``)."""
         check_outputs(self.inputs, {"DiffReport.to_csv": path})
         cols = self.columns()
         with open(path, "w", newline="", encoding="utf-8") as f:
@@ -281,6 +283,18 @@ class DiffReport:
             w.writerow(list(cols))
             for i in range(self.n_positions):
                 w.writerow([_csv_value(cols[k][i]) for k in cols])
+        if self.retrieval:
+            self.retrieval_to_csv(retrieval_path(path))
+
+    def retrieval_to_csv(self, path: str | os.PathLike) -> None:
+        """One row per retrieval sequence (``RetrievalRow.flat``; lists joined by ``|``)."""
+        flat = [r.flat() for r in self.retrieval]
+        keys = list(dict.fromkeys(k for row in flat for k in row))
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(keys)
+            for row in flat:
+                w.writerow([_csv_value(row.get(k)) for k in keys])
 
     # ---- display --------------------------------------------------------------------------------
     def plot(self, path: str | os.PathLike | None = None):
@@ -331,9 +345,17 @@ def _jsonable(v):
     return v
 
 
+def retrieval_path(path: str | os.PathLike) -> str:
+    """Where ``to_csv(path)`` writes the per-sequence retrieval rows: ``.retrieval`` before the suffix."""
+    root, ext = os.path.splitext(os.fspath(path))
+    return f"{root}.retrieval{ext or '.csv'}"
+
+
 def _csv_value(v):
     if isinstance(v, (np.floating, float)):
         return "" if not math.isfinite(float(v)) else repr(float(v))
-    if isinstance(v, np.bool_):
+    if isinstance(v, (np.bool_, bool)):
         return int(v)
-    return v
+    if isinstance(v, (list, tuple)):
+        return "|".join(str(x) for x in v)
+    return "" if v is None else v

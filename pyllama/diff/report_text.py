@@ -1,8 +1,8 @@
 """The terminal rendering of a DiffReport: what ``DiffReport.table()`` returns and the CLI prints.
 
 A header, one line per sequence, the summary (exactness verdict, KL, agreement, first difference,
-first non-finite value, perplexity, memory, per-layer error), then the recall and retrieval sections
-when the probe has them. Numbers are shortened by ``sig3`` (three significant digits, 0 as "0").
+first non-finite value, perplexity, memory, per-layer error), then the recall, retrieval and RULER
+sections when the probe has them. Numbers are shortened by ``sig3`` (three significant digits, 0 as "0").
 """
 
 from __future__ import annotations
@@ -33,8 +33,12 @@ def report_table(report: DiffReport) -> str:
     out += ["", *sequence_lines(report), "", *summary_lines(report.summary)]
     if report.recall:
         out += ["", *recall_lines(report)]
-    if report.retrieval:
-        out += ["", *retrieval_table(report.retrieval, report.summary)]
+    keys = [r for r in report.retrieval if r.kind != "ruler"]
+    if keys:
+        out += ["", *retrieval_table(keys, report.summary)]
+    ruler = [r for r in report.retrieval if r.kind == "ruler"]
+    if ruler:
+        out += ["", *ruler_table(ruler, report.summary)]
     return "\n".join(out)
 
 
@@ -138,6 +142,33 @@ def retrieval_table(rows: list[RetrievalRow], s: dict) -> list[str]:
                 f"{side.upper()}: loss on the second copy {s[f'copy_loss_{side}']:.4f} nats/token, "
                 f"rank 1 at {100 * s[f'copy_rank1_{side}']:.0f}% of its tokens"
             )
+    return out
+
+
+def ruler_table(rows: list[RetrievalRow], s: dict) -> list[str]:
+    """The RULER section of ``table()``: per sequence and side, log P(answer) teacher-forced, the
+    worst rank of its tokens, RULER's string_match_all of the greedy answer, and that answer."""
+    w = max([22, *(len(r.segment) + 1 for r in rows)])
+    out = [
+        "ruler: log P(answer) teacher-forced, the worst rank of its tokens, string_match_all of the greedy "
+        "answer (the share of the references it holds)",
+        f"{'sequence':<{w}}{'answer':<24}{'logP A':>9}{'rank A':>8}{'all A':>7}{'logP B':>9}{'rank B':>8}"
+        f"{'all B':>7}  greedy A | greedy B",
+    ]
+    for r in rows:
+        cells, greedy = [], []
+        for sc in (r.a, r.b):
+            match = "-" if sc.match_all is None else f"{sc.match_all:.2f}"
+            cells.append(f"{sig3(sc.logp):>9}{sc.max_rank:>8}{match:>7}")
+            greedy.append("-" if sc.greedy is None else repr(sc.greedy[:24]))
+        out.append(f"{r.segment:<{w}}{repr(r.key[:22]):<24}{''.join(cells)}  {' | '.join(greedy)}")
+    for side in "ab":
+        score, part = s.get(f"ruler_score_{side}"), s.get(f"ruler_part_{side}")
+        scored = "greedy answers not decoded" if score is None else f"score {score:.2f} (part {part:.2f})"
+        out.append(
+            f"{side.upper()}: RULER string_match_all {scored}, mean log P(answer) {s[f'ruler_logp_{side}']:.3g}, "
+            f"every answer token rank 1 in {100 * s[f'ruler_rank1_{side}']:.0f}% of the sequences"
+        )
     return out
 
 

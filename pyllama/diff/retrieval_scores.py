@@ -1,4 +1,4 @@
-"""Scores of the retrieval probes (``passkey``, ``needle``, ``copy``), per plugin.
+"""Scores of the retrieval probes (``passkey``, ``needle``, ``copy``, ``ruler``), per plugin.
 
 For each retrieval sequence and each side, from the teacher-forced logits of the rows that predict
 the scored tokens (the key's digits; the second copy but its first token):
@@ -16,6 +16,12 @@ the scored tokens (the key's digits; the second copy but its first token):
   ``greedy`` and ``match`` are None where the chain leaves the key);
 * ``retrieves`` — the greedy answer contains the key *and* every key token is rank 1. The second
   implies the first (see above), so it is ``max(ranks) == 1``, whatever ``greedy`` says.
+* a RULER task (:mod:`pyllama.diff.probes.ruler`): the key is its reference answers as
+  teacher-forced; greedy decoding writes up to RULER's ``tokens_to_generate`` and stops at an end
+  token, and ``match_all`` / ``match_part`` are RULER's ``string_match_all`` / ``string_match_part``
+  terms of that answer (the share of the references it holds; whether it holds any), ``match`` that
+  it holds all of them. Where every answer token is rank 1 the greedy answer starts with the whole
+  reference, so it holds every reference whatever follows, and nothing more is decoded.
 
 ``score_retrieval`` scores one plugin alone (no reference side): the study runs ``causal`` once per
 sequence and every other plugin once, instead of a diff per plugin that runs ``causal`` again.
@@ -38,6 +44,7 @@ from pyllama.diff._block import classify_block
 from pyllama.diff._capture import DiffCapture
 from pyllama.diff._metrics import RowSoftmax
 from pyllama.diff.probes import Probe, ProbeSource, Segment, load_probe
+from pyllama.diff.probes.ruler_metrics import match_all, match_part, postprocess, string_match_all, string_match_part
 from pyllama.engine import Engine
 from pyllama.errors import InputError
 
@@ -46,7 +53,15 @@ if TYPE_CHECKING:
     from pyllama.attention.spec import PluginSpec
     from pyllama.model import Model
 
-__all__ = ["KeyScore", "RetrievalRow", "RetrievalRun", "greedy_decode", "score_retrieval", "teacher_rank"]
+__all__ = [
+    "KeyScore",
+    "RetrievalRow",
+    "RetrievalRun",
+    "decode_answer",
+    "greedy_decode",
+    "score_retrieval",
+    "teacher_rank",
+]
 
 BLOCK = 64
 
@@ -78,7 +93,9 @@ class KeyScore:
     loss: float  # mean NLL of the key tokens (nats per token)
     ranks: tuple[int, ...]
     greedy: str | None = None  # what greedy decoding writes after the prompt (as many tokens as the key)
-    match: bool | None = None  # greedy contains the key
+    match: bool | None = None  # greedy contains the key (ruler: every reference)
+    match_all: float | None = None  # ruler: the share of the references that greedy holds
+    match_part: float | None = None  # ruler: 1.0 when greedy holds any reference
 
     @property
     def p(self) -> float:
@@ -108,11 +125,16 @@ class RetrievalRow:
     distance: int
     a: KeyScore | None
     b: KeyScore | None = None
+    task: str = ""  # ruler: the task
+    answers: tuple[str, ...] = ()  # ruler: the references
+    context_end: int = -1  # ruler: the question's first token
 
     def flat(self) -> dict:
         """One flat record (JSON, CSV, pandas): the sequence's fields, then each side's with _a / _b."""
         out = {k: getattr(self, k) for k in ("segment", "kind", "key", "depth", "length", "needle", "answer")}
         out["distance"] = self.distance
+        if self.kind == "ruler":
+            out.update(task=self.task, answers=list(self.answers), context_end=self.context_end)
         for side, score in (("a", self.a), ("b", self.b)):
             if score is None:
                 continue
@@ -128,12 +150,14 @@ class RetrievalRow:
                     f"retrieves_{side}": score.retrieves,
                 }
             )
+            if self.kind == "ruler":
+                out.update({f"match_all_{side}": score.match_all, f"match_part_{side}": score.match_part})
         return out
 
 
 def summarize(rows: Sequence[RetrievalRow], side: str) -> dict:
     """Summary scalars of one side: retrieval rate and mean log P(key) over the passkey rows,
-    greedy exact-match rate, mean loss on the second copy."""
+    greedy exact-match rate, mean loss on the second copy; RULER's scores (:func:`ruler_summary`)."""
     scores = [(r.kind, getattr(r, side)) for r in rows if getattr(r, side) is not None]
     keys = [s for k, s in scores if k == "passkey"]
     copies = [s for k, s in scores if k == "copy"]
@@ -146,7 +170,26 @@ def summarize(rows: Sequence[RetrievalRow], side: str) -> dict:
     if copies:
         out[f"copy_loss_{side}"] = float(np.mean([s.loss for s in copies]))
         out[f"copy_rank1_{side}"] = float(np.mean([np.mean(np.array(s.ranks) == 1) for s in copies]))
-    return out
+    return out | ruler_summary([r for r in rows if r.kind == "ruler" and getattr(r, side) is not None], side)
+
+
+def ruler_summary(rows: Sequence[RetrievalRow], side: str) -> dict:
+    """One side over RULER sequences: ``ruler_score`` and ``ruler_part`` (RULER's string_match_all
+    and string_match_part of the greedy answers, in percent; None unless every answer is known),
+    ``ruler_logp`` (mean log P(answer), teacher-forced) and ``ruler_rank1`` (the share of
+    sequences whose every answer token is rank 1)."""
+    if not rows:
+        return {}
+    scores = [getattr(r, side) for r in rows]
+    preds = [s.greedy for s in scores]
+    known = all(p is not None for p in preds)
+    refs = [r.answers for r in rows]
+    return {
+        f"ruler_score_{side}": string_match_all(preds, refs) if known else None,
+        f"ruler_part_{side}": string_match_part(preds, refs) if known else None,
+        f"ruler_logp_{side}": float(np.mean([s.logp for s in scores])),
+        f"ruler_rank1_{side}": float(np.mean([s.retrieves for s in scores])),
+    }
 
 
 def key_score(
@@ -162,7 +205,7 @@ def key_score(
     key_ids = seg.tokens[t.start : t.start + t.length]
     lp = float(np.sum(logp))
     score = KeyScore(lp, -lp / max(1, t.length), tuple(int(r) for r in ranks))
-    if t.kind != "passkey":
+    if t.kind not in ("passkey", "ruler"):
         return score
     chain = None
     if np.array_equal(top1, key_ids):
@@ -172,23 +215,38 @@ def key_score(
     if chain is not None and tokenizer is not None:
         score.greedy = tokenizer.decode([int(seg.tokens[t.prompt - 1]), *chain])
         score.match = t.key in score.greedy
+        if t.kind == "ruler":
+            score.greedy = postprocess(score.greedy)  # as RULER's evaluation reads a prediction
+            score.match_all = match_all(score.greedy, t.answers)
+            score.match_part = match_part(score.greedy, t.answers)
+            score.match = score.match_all == 1.0
     return score
 
 
-def greedy_decode(engine: Engine, prompt: np.ndarray, steps: int) -> list[int]:
-    """Reset ``engine``, run ``prompt`` (in blocks) and decode ``steps`` tokens greedily."""
+def greedy_decode(engine: Engine, prompt: np.ndarray, steps: int, stop: frozenset[int] = frozenset()) -> list[int]:
+    """Reset ``engine``, run ``prompt`` (in blocks) and decode ``steps`` tokens greedily, ending
+    before a token of ``stop``."""
     engine.reset()
     logits = engine.forward_block(np.ascontiguousarray(prompt, dtype=np.int32), 0)
     out: list[int] = []
     pos = len(prompt)
     for _ in range(steps):
         token = int(np.argmax(logits))
+        if token in stop:
+            break
         out.append(token)
         if len(out) == steps or pos >= engine.max_positions:
             break
         logits = engine.forward(token, pos)
         pos += 1
     return out
+
+
+def decode_answer(engine: Engine, seg: Segment) -> list[int]:
+    """The greedy answer of a retrieval sequence on ``engine``: after its prompt, as many tokens as
+    its target has (a RULER task: up to its ``generate`` tokens, ending at a ``stop`` token)."""
+    t = seg.target
+    return greedy_decode(engine, seg.tokens[: t.prompt], t.generate or t.length, frozenset(t.stop))
 
 
 @dataclass
@@ -264,18 +322,33 @@ def score_retrieval(
         softmax.teacher(logits, nxt, lp, ranks)
 
         def decode(seg=seg) -> list[int]:
-            return greedy_decode(engine, seg.tokens[: seg.target.prompt], seg.target.length)
+            return decode_answer(engine, seg)
 
         score = key_score(seg, lp, ranks, softmax.top1, decode if greedy else None, model.tokenizer)
         rows.append(_row(seg, score))
     if not rows and not notes:
-        raise InputError(f"probe {pr.name}: no retrieval sequence to score (use passkey, needle or copy)")
+        raise InputError(f"probe {pr.name}: no retrieval sequence to score (use passkey, needle, copy or ruler)")
     return RetrievalRun(label, pr.name, rows, memory, time.perf_counter() - t0, positions, notes)
 
 
 def _row(seg: Segment, a: KeyScore | None, b: KeyScore | None = None) -> RetrievalRow:
     t = seg.target
-    return RetrievalRow(seg.name, t.kind, t.key, t.depth, len(seg), t.requested, t.needle, t.start, t.distance, a, b)
+    return RetrievalRow(
+        seg.name,
+        t.kind,
+        t.key,
+        t.depth,
+        len(seg),
+        t.requested,
+        t.needle,
+        t.start,
+        t.distance,
+        a,
+        b,
+        t.task,
+        t.answers,
+        t.context_end,
+    )
 
 
 def diff_rows(

@@ -20,7 +20,7 @@ from pyllama.attention.spec import PluginSpec
 from pyllama.diff._block import classify_block
 from pyllama.diff._capture import DiffCapture
 from pyllama.diff._metrics import RowSoftmax
-from pyllama.diff.retrieval_scores import greedy_decode
+from pyllama.diff.retrieval_scores import decode_answer
 from pyllama.engine import Engine
 from pyllama.errors import PluginError, PyllamaError
 from pyllama.kernels.aligned import zeros_aligned
@@ -82,7 +82,7 @@ class LiveSide:
         self.engine.set_observer(None)
 
     def greedy(self, seg: Segment) -> list[int]:
-        return greedy_decode(self.engine, seg.tokens[: seg.target.prompt], seg.target.length)
+        return decode_answer(self.engine, seg)
 
     def run(self, tokens: np.ndarray, start: int, where: str, seq: int) -> None:
         """Positions ``start..`` of sequence ``seq`` (``tokens``) into the buffers."""
@@ -160,7 +160,7 @@ class ReplaySide:
             plugin = create_plugin(self.spec)
             with plugin_calls(self.label, "init"):
                 self._engine = Engine(self.config, self.weights, plugin, self.n_threads, max_block=self.block)
-        return greedy_decode(self._engine, seg.tokens[: seg.target.prompt], seg.target.length)
+        return decode_answer(self._engine, seg)
 
     def run(self, tokens: np.ndarray, start: int, where: str, seq: int) -> None:
         r = slice(self.offsets[seq] + start, self.offsets[seq] + start + tokens.shape[0])

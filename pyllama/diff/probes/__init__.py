@@ -14,6 +14,8 @@ style of TinyStories) and is tokenised per model, so each sequence fits *that* m
 * ``standard`` — all three;
 * ``passkey``, ``needle``, ``copy`` — retrieval probes generated in code, seeded, with options
   (``passkey:depth=0.25,length=2000``): see :mod:`pyllama.diff.probes.retrieval`.
+* ``ruler`` — RULER's 11 synthetic tasks, generated in code, seeded, with options
+  (``ruler:task=niah_multikey_2,length=4096``): see :mod:`pyllama.diff.probes.ruler`.
 
 Any text file is a probe too: the whole file is one sequence, or several when they are separated
 by lines holding only ``<|endoftext|>`` (the TinyStories convention).
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, TypeAlias
 import numpy as np
 
 from pyllama.diff.probes.retrieval import RETRIEVAL_NAMES, is_retrieval_spec, retrieval_probe
+from pyllama.diff.probes.ruler import ruler_probe
 from pyllama.diff.probes.sequences import Mark, Probe, Segment, Target
 from pyllama.errors import InputError
 
@@ -316,8 +319,8 @@ def _built_in(name: str, tokenizer: Tokenizer, seq_len: int) -> Probe:
 
 def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) -> Probe:
     """A Probe from a name (``standard``, ``stories``, ``long``, ``recall``), a retrieval spec
-    (``passkey[:options]``, ``needle[:options]``, ``copy[:options]``), a text file path, a Probe,
-    or token ids."""
+    (``passkey[:options]``, ``needle[:options]``, ``copy[:options]``, ``ruler[:options]``), a text
+    file path, a Probe, or token ids."""
     if isinstance(probe, Probe):
         return probe
     if isinstance(probe, (list, tuple, np.ndarray)):
@@ -328,6 +331,8 @@ def load_probe(probe: ProbeSource, tokenizer: Tokenizer | None, seq_len: int) ->
         return _built_in(probe, tokenizer, seq_len)
     path = Path(os.fspath(probe))
     if isinstance(probe, str) and is_retrieval_spec(probe) and not path.is_file():
+        if probe.partition(":")[0].strip() == "ruler":
+            return ruler_probe(probe, tokenizer, seq_len)
         return retrieval_probe(probe, tokenizer, seq_len)
     if not path.exists():
         names = ", ".join(PROBE_NAMES + RETRIEVAL_NAMES)

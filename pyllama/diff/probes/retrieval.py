@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RETRIEVAL_NAMES", "Target", "is_retrieval_spec", "retrieval_probe"]
 
-RETRIEVAL_NAMES = ("passkey", "needle", "copy")
+RETRIEVAL_NAMES = ("passkey", "needle", "copy", "ruler")  # ruler: see pyllama.diff.probes.ruler
 INTRO = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
     "I will quiz you about the important information there."
@@ -140,13 +140,13 @@ def retrieval_probe(text: str, tokenizer: Tokenizer, seq_len: int) -> Probe:
     name, v = parse_spec(text, seq_len)
     if name == "copy":
         return Probe(text, [copy_segment(tokenizer, v["length"], v["span"], v["seed"])])
-    chat = _use_chat(tokenizer, v["chat"], text)
+    chat = use_chat(tokenizer, v["chat"], text)
     points = [(v["depth"], v["length"])] if name == "passkey" else [(d, n) for n in v["lengths"] for d in v["depths"]]
     segs = [passkey_segment(tokenizer, n, d, v["seed"], v["digits"], chat) for d, n in points]
     return Probe(text, segs)
 
 
-def _use_chat(tokenizer: Tokenizer, chat: str, text: str) -> bool:
+def use_chat(tokenizer: Tokenizer, chat: str, text: str) -> bool:
     from pyllama.chat import template_of  # lazy here and below: jinja2 only for an instruct model's probe
 
     has = template_of(tokenizer) is not None
@@ -176,7 +176,7 @@ def _passkey_text(tokenizer: Tokenizer, before: int, after: int, key: str, chat:
     return prompt_text(tokenizer, messages(user)) + f"{ANSWER_PREFIX} {key}"
 
 
-def _encode(tokenizer: Tokenizer, text: str, chat: bool) -> list[int]:
+def encode_text(tokenizer: Tokenizer, text: str, chat: bool) -> list[int]:
     if chat:
         from pyllama.chat import encode
 
@@ -187,14 +187,14 @@ def _encode(tokenizer: Tokenizer, text: str, chat: bool) -> list[int]:
 def passkey_segment(tokenizer: Tokenizer, length: int, depth: float, seed: int, digits: int, chat: bool) -> Segment:
     """One pass-key sequence of at most ``length`` tokens, the needle at ``depth`` of the filler."""
     key = key_digits(seed, digits)
-    base = len(_encode(tokenizer, _passkey_text(tokenizer, 0, 0, key, chat), chat))
+    base = len(encode_text(tokenizer, _passkey_text(tokenizer, 0, 0, key, chat), chat))
     if base > length:
         raise InputError(f"passkey: the prompt without filler is {base} tokens, more than length={length}")
     per = np.mean([len(tokenizer.encode(" " + s, bos=False, eos=False)) for s in NOISE])
 
     def build(total: int) -> list[int]:
         before = int(round(depth * total))
-        return _encode(tokenizer, _passkey_text(tokenizer, before, total - before, key, chat), chat)
+        return encode_text(tokenizer, _passkey_text(tokenizer, before, total - before, key, chat), chat)
 
     # the most filler sentences that fit: bisection from an estimate (the sequence grows with them)
     lo, hi = 0, int((length - base) / per * 1.25) + 2
@@ -204,8 +204,8 @@ def passkey_segment(tokenizer: Tokenizer, length: int, depth: float, seed: int, 
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if len(build(mid)) <= length else (lo, mid)
     ids = build(lo)
-    offsets = _byte_offsets(tokenizer, ids)
-    stream = _stream_bytes(tokenizer, ids)
+    offsets = byte_offsets(tokenizer, ids)
+    stream = stream_bytes(tokenizer, ids)
     kb = key.encode()
     first, last = stream.find(kb), stream.rfind(kb)
     if first < 0 or first == last:
@@ -219,11 +219,11 @@ def passkey_segment(tokenizer: Tokenizer, length: int, depth: float, seed: int, 
     return Segment(name, "passkey", np.asarray(ids, dtype=np.int32), note=note, target=target)
 
 
-def _stream_bytes(tokenizer: Tokenizer, ids: list[int]) -> bytes:
+def stream_bytes(tokenizer: Tokenizer, ids: list[int]) -> bytes:
     return b"".join(tokenizer.piece_after(ids[i - 1] if i else None, t) for i, t in enumerate(ids))
 
 
-def _byte_offsets(tokenizer: Tokenizer, ids: list[int]) -> list[int]:
+def byte_offsets(tokenizer: Tokenizer, ids: list[int]) -> list[int]:
     """The byte offset at which each token's text starts in the printed stream."""
     out, at = [], 0
     for i, t in enumerate(ids):

@@ -25,16 +25,24 @@ class Mark:
 class Target:
     """What a retrieval sequence scores: tokens ``start .. start + length - 1`` (teacher-forced;
     the row before each predicts it). ``prompt`` tokens come before the answer (greedy decoding
-    starts there); ``needle`` is the first token of the key in the haystack (of the first copy)."""
+    starts there); ``needle`` is the first token of the key in the haystack (of the first copy).
+    A RULER task (:mod:`pyllama.diff.probes.ruler`) also says where its question and answer prefix
+    start, its reference answers, and how far greedy decoding goes."""
 
-    kind: str  # "passkey" or "copy"
-    key: str  # the digits; for copy the first copy's text
+    kind: str  # "passkey", "copy" or "ruler"
+    key: str  # the digits; for copy the first copy's text; for ruler the answer as teacher-forced
     start: int
     length: int
     prompt: int
     needle: int
     depth: float | None = None  # fraction of the filler before the needle
     requested: int = 0  # the length the probe asked for (the sequence is at most this long)
+    task: str = ""  # ruler: the task's name
+    answers: tuple[str, ...] = ()  # ruler: the reference strings, in RULER's order
+    context_end: int = -1  # ruler: the question's first token (the context is the tokens before it)
+    prefix: int = -1  # ruler: the answer prefix's first token
+    generate: int = 0  # tokens greedy decoding writes at most (0: as many as the answer has)
+    stop: tuple[int, ...] = ()  # tokens that end greedy decoding (not written)
 
     @property
     def distance(self) -> int:
