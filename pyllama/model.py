@@ -198,6 +198,7 @@ class Model:
         blocks: bool = True,
         greedy: bool = True,
         cache: bool | str | os.PathLike | None = None,
+        compress_at: int | str | None = "context",
     ) -> DiffReport:
         """Teacher-force a probe through plugins ``a`` and ``b`` (specs or instances) on these weights.
         Each spec is resolved once, here; the report names each side by its canonical spec.
@@ -215,7 +216,9 @@ class Model:
         by later diffs of the same model file, plugin spec and probe, which then run one forward per
         position instead of two, with the same report bit for bit (``pyllama.diff.side_cache``).
         None: the default folder, unless ``$PYLLAMA_DIFF_CACHE`` is ``off``; a path: that folder;
-        False: neither record nor replay.
+        False: neither record nor replay. ``compress_at``: the plugins' compression event after each
+        sequence's context (``"context"``: a retrieval probe's haystack, before its question), after
+        a position, or never (``"none"``).
         """
         check_threads(threads)
         a, b = resolve_attention(a), resolve_attention(b)
@@ -237,6 +240,7 @@ class Model:
             greedy=greedy,
             cache=cache,
             model_file=self.path,
+            compress_at=compress_at,
         )
 
     # ---- text --------------------------------------------------------------------------------

@@ -185,7 +185,7 @@ def trace_prompt(model, ids: list[int], threads: int | None = None) -> Trace:
         rows.setdefault(name, []).append(values.ravel())
 
     engine.reset()
-    engine.set_observer(StageCallback(tracer, per_position=True))
+    engine.set_observer(StageCallback(tracer, stages=tuple(LLAMA_CPP_NAMES), per_position=True))
     try:
         for pos, token in enumerate(ids):
             engine.forward(token, pos)

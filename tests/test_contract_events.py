@@ -112,3 +112,59 @@ def test_the_contract_checks_the_new_parts():
     with pytest.raises(PluginError, match=r"compress\(self, pos\)"):
         check_plugin_class(BadCompress, "bad")
     assert Recorder().held_positions(0) is None
+
+
+class Halving(Recorder):
+    """causal whose ledger says half from the compression event on (a stand-in for a compressing method)."""
+
+    description = "causal, reporting half its bytes after the compression event"
+    compresses_at_event = True
+
+    def __init__(self):
+        super().__init__()
+        self.compressed = False
+
+    def reset(self):
+        super().reset()
+        self.compressed = False
+
+    def compress(self, pos):
+        super().compress(pos)
+        self.compressed = True
+
+    def memory_bytes(self):
+        return self.inner.memory_bytes() // (2 if self.compressed else 1)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from conftest import shared_file
+
+    return Model.load(shared_file("SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+@pytest.mark.parametrize("blocks", [True, False])
+def test_a_diff_puts_the_event_after_the_probes_context(smollm2, blocks):
+    plugin = Halving()
+    r = smollm2.diff("causal", plugin, probe="passkey:length=300", blocks=blocks, cache=False)
+    seg = r.segments[0]
+    tokens = smollm2.tokenizer.encode("What is the pass key?", bos=False, eos=False)
+    ids = r.token[: seg.compared].tolist()
+    question = next(i for i in range(len(ids)) if ids[i : i + 3] == tokens[:3])  # the question's first tokens
+    assert seg.event == question - 1
+    calls = _compress_calls(plugin)
+    assert [pos for _, pos in calls] == [seg.event]
+    before = plugin.calls[: calls[0][0]]
+    assert max(pos for _, _, pos in before) == seg.event  # the block ended at the event
+    # the ledger: the event's row is taken after compress, the rows before it are not
+    assert r.mem_b[seg.event] * 2 in (r.mem_a[seg.event], r.mem_a[seg.event] - 1)
+    assert r.mem_b[seg.event - 1] == r.mem_a[seg.event - 1]
+    assert r.exact  # the logits are causal's: only the ledger halved
+
+
+def test_no_event_is_said_for_a_method_that_needs_one(smollm2):
+    r = smollm2.diff("causal", Halving(), probe="passkey:length=200", compress_at="none", cache=False)
+    assert all(s.event == -1 for s in r.segments)
+    assert any("compresses at the compression event" in n for n in r.notes)
+    r = smollm2.diff("causal", Halving(), probe="passkey:length=200", compress_at=50, cache=False)
+    assert [s.event for s in r.segments] == [50]

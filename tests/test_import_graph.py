@@ -35,9 +35,11 @@ LAZY: dict[tuple[str, str], str] = {
     ("pyllama.hub", "tqdm"): "the progress bar, only when a download runs",
     ("pyllama.diff.harness", "tqdm"): "the progress bar, only for long probes (tqdm.auto probes for IPython)",
     ("pyllama.sweep.runner", "tqdm"): "the progress bar, only when a sweep runs",
+    ("pyllama.diff.probes.ruler_text", "wonderwords"): "its word lists (~50 ms to load), only for a RULER task",
     # pyllama.chat imports jinja2 (13-39 ms, a tenth of `import pyllama`), which only a chat needs
     ("pyllama.model", "pyllama.chat"): "jinja2, only when Model.chat renders a template",
     ("pyllama.diff.probes.retrieval", "pyllama.chat"): "jinja2, only for a retrieval probe on an instruct model",
+    ("pyllama.diff.probes.ruler", "pyllama.chat"): "jinja2, only for a RULER task on an instruct model",
     ("pyllama.cli.chat", "pyllama.chat"): "jinja2, only when `pyllama chat` runs (pyllama.cli loads every command)",
 }
 

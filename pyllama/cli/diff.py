@@ -7,7 +7,14 @@ import sys
 
 import click
 
-from pyllama.cli.shared import checkpoint_option, require_tokenizer, resolved_spec, threads_option, tokenizer_option
+from pyllama.cli.shared import (
+    checkpoint_option,
+    compress_at_option,
+    require_tokenizer,
+    resolved_spec,
+    threads_option,
+    tokenizer_option,
+)
 from pyllama.diff.probes import Probe, probe_from_text
 from pyllama.model import Model
 from pyllama.outputs import check_outputs, model_inputs, plugin_inputs, probe_inputs
@@ -103,6 +110,7 @@ def _output_figure(ctx: click.Context, param: click.Parameter, value: str | None
     is_flag=True,
     help=f"Exit with status {EXIT_NOT_EXACT} unless every logit is bit-identical (max |Δlogit| == 0).",
 )
+@compress_at_option("each sequence's context: a retrieval probe's haystack, before its question")
 @threads_option
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal, for long probes).")
 @click.option(
@@ -133,6 +141,7 @@ def diff(
     csv_path,
     plot_path,
     expect_exact,
+    compress_at,
     threads,
     progress,
     blocks,
@@ -174,7 +183,9 @@ def diff(
         source = probe_from_text(prompt, model.tokenizer, name="prompt")
     else:
         source = text_file or probe or "standard"
-    report = model.diff(a, b, probe=source, threads=threads, progress=progress, blocks=blocks, cache=cache)
+    report = model.diff(
+        a, b, probe=source, threads=threads, progress=progress, blocks=blocks, cache=cache, compress_at=compress_at
+    )
     click.echo(report.table())
     for path, write in ((json_path, report.to_json), (csv_path, report.to_csv), (plot_path, report.plot)):
         if path:

@@ -96,6 +96,12 @@ cdef class DiffCapture(EngineObserver):
             raise PluginError(f"attention plugin {self.label}: memory_bytes() must return an int >= 0, got {mem!r}")
         self.r.held = <long long>mem
 
+    def memory_bytes(self) -> int:
+        """The plugin's memory_bytes() now (checked), which later ledger rows count from: after a
+        compression event, its position's row."""
+        self.read_memory()
+        return self.r.held
+
 
 cdef Py_ssize_t row_of(Rows* r, long long pos, Py_ssize_t n) except -1 nogil:
     cdef long long row = pos - r.start

@@ -47,6 +47,7 @@ from pyllama.diff.side_cache import SideCache, model_fingerprint, probe_fingerpr
 from pyllama.diff.sides import LiveSide, ReplaySide
 from pyllama.engine import Engine
 from pyllama.errors import InputError
+from pyllama.options import check_compress_at, compress_position
 from pyllama.outputs import diff_inputs
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ def run_diff(
     greedy: bool = True,
     cache: bool | str | os.PathLike | SideCache | None = False,
     model_file: str | os.PathLike | None = None,
+    compress_at: int | str | None = "context",
 ) -> DiffReport:
     """Teacher-force ``probe`` through plugins ``a`` and ``b`` on one set of weights: a DiffReport.
 
@@ -84,7 +86,10 @@ def run_diff(
     together (default 1); ``name``: the model, for the report. ``blocks=False`` runs one forward per
     position instead of blocks of ``block`` positions: the same report (timing aside), slower.
     ``greedy``: on a retrieval probe, decode the greedy answer for real where a side's chain leaves
-    the key (its prompt runs again; see :mod:`pyllama.diff.retrieval_scores`).
+    the key (its prompt runs again; see :mod:`pyllama.diff.retrieval_scores`). ``compress_at``: the
+    plugins' compression event (``Attention.compress``) after each sequence's context ("context": a
+    retrieval probe's haystack, before its question; none for probes without one), after a position,
+    or never ("none"); a block ends there, and the ledger row of that position is taken after it.
 
     ``cache`` with ``model_file`` (the file ``weights`` were read from): replay a side whose
     recorded run exists, and record side A when it is a built-in plugin (:mod:`pyllama.diff.side_cache`;
@@ -95,34 +100,18 @@ def run_diff(
     if isinstance(a, Attention) and a is b:
         raise InputError("diff needs two plugin instances (each owns its cache): pass two specs or two objects")
     a, b = resolve_attention(a), resolve_attention(b)
+    where = check_compress_at(compress_at)
     pr = load_probe(probe, tokenizer, config.seq_len)
     _check_probe_ids(pr, config.vocab_size)
+    events = [compress_position(where, seg.context_end) for seg in pr.segments]
     total_threads = max(1, int(threads or 1))
     store = SideCache.from_option(cache) if model_file is not None else None
-    keys = _record_keys(store, model_file, config, pr, a, b)
+    keys = _record_keys(store, model_file, config, pr, events, a, b)
     sides, concurrent = _make_sides(store, keys, pr, config, weights, (a, b), block, blocks, total_threads)
-    seg_infos, notes = _segment_infos(pr, sides)
+    seg_infos, notes = _segment_infos(pr, sides, events)
     recording = _start_recording(store, keys[0], sides[0], pr, seg_infos, config)
-    total = sum(s.compared for s in seg_infos)
-    cols = _columns(total, config.n_layers)
-    bar = _progress_bar(progress, total, sides)
-    pool = ThreadPoolExecutor(max_workers=1) if concurrent else None
-    try:
-        offsets = _teacher_force(pr, seg_infos, sides, cols, pool, bar, total_threads)
-    except BaseException:
-        if recording is not None:
-            store.discard(recording)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        if pool is not None:
-            pool.shutdown()
-        for side in sides:
-            side.release()
-    if recording is not None:
-        sides[0].recording = None
-        store.finish(recording, keys[0])
+    cols = _columns(sum(s.compared for s in seg_infos), config.n_layers)
+    offsets = _run_recorded(pr, seg_infos, sides, cols, progress, concurrent, total_threads, store, recording, keys[0])
     retrieval = _retrieval_rows(pr, seg_infos, offsets, cols, sides, tokenizer, greedy)
     return DiffReport(
         a=sides[0].label,
@@ -143,6 +132,30 @@ def run_diff(
         inputs=diff_inputs(model_file, tokenizer, probe, a, b),
         **cols,
     )
+
+
+def _run_recorded(pr, seg_infos, sides, cols, progress, concurrent, total_threads, store, recording, key) -> list[int]:
+    """``_teacher_force`` with its progress bar and thread pool, finishing side A's record when one
+    is being made (discarding it if the run fails); the first row of each segment."""
+    bar = _progress_bar(progress, len(cols["segment"]), sides)
+    pool = ThreadPoolExecutor(max_workers=1) if concurrent else None
+    try:
+        offsets = _teacher_force(pr, seg_infos, sides, cols, pool, bar, total_threads)
+    except BaseException:
+        if recording is not None:
+            store.discard(recording)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        if pool is not None:
+            pool.shutdown()
+        for side in sides:
+            side.release()
+    if recording is not None:
+        sides[0].recording = None
+        store.finish(recording, key)
+    return offsets
 
 
 def _make_sides(store, keys, pr, config, weights, specs, block, blocks, total_threads):
@@ -170,13 +183,13 @@ def _rows_of(pr: Probe):
     return lambda max_positions: [min(len(seg), max_positions) for seg in pr.segments]
 
 
-def _record_keys(store: SideCache | None, model_file, config: ModelConfig, pr: Probe, a, b) -> list[str | None]:
-    """Each side's record key, on the canonical spec its report shows: None when there is no cache,
-    no model file or not a built-in plugin."""
+def _record_keys(store: SideCache | None, model_file, config: ModelConfig, pr: Probe, events, a, b) -> list[str | None]:
+    """Each side's record key, on the canonical spec its report shows and the probe's tokens and
+    compression events: None when there is no cache, no model file or not a built-in plugin."""
     model = model_fingerprint(model_file) if store is not None else None
     if model is None:
         return [None, None]
-    probe = probe_fingerprint([seg.tokens for seg in pr.segments])
+    probe = probe_fingerprint([seg.tokens for seg in pr.segments], events)
     specs = [recorded_spec(side) for side in (a, b)]
     return [SideCache.key(model, spec, repr(config), probe) if spec else None for spec in specs]
 
@@ -222,12 +235,13 @@ def _check_probe_ids(pr: Probe, vocab_size: int) -> None:
             )
 
 
-def _segment_infos(pr: Probe, sides: list[LiveSide | ReplaySide]) -> tuple[list[SegmentInfo], list[str]]:
-    """Each segment is compared over the positions both plugins hold; the notes say where that is shorter."""
+def _segment_infos(pr: Probe, sides: list[LiveSide | ReplaySide], events) -> tuple[list[SegmentInfo], list[str]]:
+    """Each segment is compared over the positions both plugins hold; the notes say where that is
+    shorter, and when a plugin that acts at the compression event never sees one."""
     held = [(side.label, side.max_positions) for side in sides]
     notes: list[str] = []
     infos: list[SegmentInfo] = []
-    for seg in pr.segments:
+    for seg, event in zip(pr.segments, events, strict=True):
         n = min(len(seg), *(m for _, m in held))
         note = seg.note
         if n < len(seg):
@@ -235,7 +249,17 @@ def _segment_infos(pr: Probe, sides: list[LiveSide | ReplaySide]) -> tuple[list[
             cover = f"compared positions 0..{n - 1} of {len(seg):,} ({', '.join(holders)})"
             notes.append(f"{seg.name}: {cover}")
             note = f"{note}; {cover}" if note else cover
-        infos.append(SegmentInfo(seg.name, seg.kind, len(seg), n, note))
+        event = event if event < n - 1 else -1  # after the last compared position: no event
+        if event >= 0:
+            at = f"compression event after position {event}"
+            note = f"{note}; {at}" if note else at
+        infos.append(SegmentInfo(seg.name, seg.kind, len(seg), n, note, event))
+    for side in sides:
+        if side.compresses_at_event and all(info.event < 0 for info in infos):
+            notes.append(
+                f"{side.label} compresses at the compression event, and no sequence of this probe had one "
+                "(--compress-at POS, or a probe with a context such as passkey): it ran as causal"
+            )
     return infos, notes
 
 
@@ -272,18 +296,21 @@ def _teacher_force(pr, seg_infos, sides, cols, pool, bar, n_threads: int) -> lis
         offsets.append(row)
         side_a.reset()
         side_b.reset()
-        for c0 in range(0, info.compared, block):
+        c0 = 0
+        while c0 < info.compared:
             c1 = min(info.compared, c0 + block)
-            m = c1 - c0
+            if c0 <= info.event < c1:
+                c1 = info.event + 1  # the block ends at the compression event
+            m, event = c1 - c0, c1 - 1 == info.event
             toks = seg.tokens[c0:c1]
             where = f"{pr.name}/{seg.name}"
             if pool is not None:
-                fut = pool.submit(side_b.run, toks, c0, where, si)
-                side_a.run(toks, c0, where, si)
+                fut = pool.submit(side_b.run, toks, c0, where, si, event)
+                side_a.run(toks, c0, where, si, event)
                 fut.result()
             else:
-                side_a.run(toks, c0, where, si)
-                side_b.run(toks, c0, where, si)
+                side_a.run(toks, c0, where, si, event)
+                side_b.run(toks, c0, where, si, event)
             nxt = np.full(m, -1, dtype=np.int32)
             avail = min(c1 + 1, len(seg)) - (c0 + 1)
             nxt[:avail] = seg.tokens[c0 + 1 : c0 + 1 + avail]
@@ -294,6 +321,7 @@ def _teacher_force(pr, seg_infos, sides, cols, pool, bar, n_threads: int) -> lis
             cols["next_token"][r] = nxt
             _compare(cols, r, side_a, side_b, nxt, n_threads)
             row += m
+            c0 = c1
             if bar is not None:
                 bar.update(m)
     return offsets

@@ -34,6 +34,7 @@ class SegmentInfo:
     length: int  # tokens in the probe
     compared: int  # positions run through both plugins
     note: str = ""
+    event: int = -1  # the compression event came after this position (-1: none)
 
 
 @dataclass

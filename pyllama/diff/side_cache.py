@@ -95,12 +95,16 @@ def recorded_spec(side: PluginSpec | Attention) -> str | None:
     return side.canonical if isinstance(side, PluginSpec) and side.builtin else None
 
 
-def probe_fingerprint(segments: Sequence[np.ndarray]) -> str:
+def probe_fingerprint(segments: Sequence[np.ndarray], events: Sequence[int] = ()) -> str:
+    """The tokens of every sequence, and where each one's compression event falls (a record holds
+    the rows its plugin gave with those events)."""
     h = hashlib.sha256()
     for tokens in segments:
         ids = np.ascontiguousarray(tokens, dtype=np.int32)
         h.update(len(ids).to_bytes(8, "little"))
         h.update(ids.tobytes())
+    if any(e >= 0 for e in events):
+        h.update(np.asarray(events, dtype=np.int64).tobytes())
     return h.hexdigest()
 
 

@@ -75,6 +75,10 @@ class LiveSide:
     def max_positions(self) -> int:
         return self.engine.max_positions
 
+    @property
+    def compresses_at_event(self) -> bool:
+        return bool(self.engine.attention.compresses_at_event)
+
     def reset(self) -> None:
         self.engine.reset()
 
@@ -84,8 +88,9 @@ class LiveSide:
     def greedy(self, seg: Segment) -> list[int]:
         return decode_answer(self.engine, seg)
 
-    def run(self, tokens: np.ndarray, start: int, where: str, seq: int) -> None:
-        """Positions ``start..`` of sequence ``seq`` (``tokens``) into the buffers."""
+    def run(self, tokens: np.ndarray, start: int, where: str, seq: int, event: bool = False) -> None:
+        """Positions ``start..`` of sequence ``seq`` (``tokens``) into the buffers. ``event``: the
+        compression event comes after the block's last position; its ledger row is taken after it."""
         m = tokens.shape[0]
         self.at = f"position {start}" if m == 1 else f"positions {start}..{start + m - 1}"
         self.capture.begin(start)
@@ -95,6 +100,10 @@ class LiveSide:
                 self.bad_layer[:m] = self.engine.block_nonfinite_layers[:m]
             else:
                 self._run_positions(tokens, start)
+            if event:
+                self.at = f"the compression event after position {start + m - 1}"
+                self.engine.compress(start + m - 1)
+                self.mem[m - 1] = self.capture.memory_bytes()
         except PyllamaError:
             raise
         except Exception as exc:  # the plugin's failure (its attend or memory_bytes), in one line
@@ -149,6 +158,10 @@ class ReplaySide:
     def max_positions(self) -> int:
         return self.record.max_positions
 
+    @property
+    def compresses_at_event(self) -> bool:
+        return bool(getattr(getattr(self.spec, "cls", None), "compresses_at_event", False))
+
     def reset(self) -> None:
         pass
 
@@ -162,7 +175,8 @@ class ReplaySide:
                 self._engine = Engine(self.config, self.weights, plugin, self.n_threads, max_block=self.block)
         return decode_answer(self._engine, seg)
 
-    def run(self, tokens: np.ndarray, start: int, where: str, seq: int) -> None:
+    def run(self, tokens: np.ndarray, start: int, where: str, seq: int, event: bool = False) -> None:
+        # a record holds the rows of its own events (their positions are part of its key)
         r = slice(self.offsets[seq] + start, self.offsets[seq] + start + tokens.shape[0])
         rec = self.record
         self.logits, self.att, self.mem, self.bad_layer = rec.logits[r], rec.att[r], rec.mem[r], rec.bad[r]

@@ -27,7 +27,7 @@ from pyllama.engine.nonfinite cimport check_rows, first_bad_row
 from pyllama.engine.observer cimport (
     Observer, report, STAGE_ATTENTION, STAGE_ATTN_NORM, STAGE_ATTN_OUT, STAGE_EMBEDDING, STAGE_FFN_ACT,
     STAGE_FFN_GATE, STAGE_FFN_INP, STAGE_FFN_NORM, STAGE_FFN_OUT, STAGE_FFN_UP, STAGE_K, STAGE_LAYER_OUT,
-    STAGE_LOGITS, STAGE_Q, STAGE_RESULT_NORM, STAGE_V,
+    STAGE_LOGITS, STAGE_Q, STAGE_Q_PRE_ROPE, STAGE_RESULT_NORM, STAGE_V,
 )
 from pyllama.engine.state cimport Config, LayerPtrs, RopeTables, RunState, Transformer
 from pyllama.kernels.elementwise cimport add_inplace, rmsnorm_as, swiglu_as
@@ -124,6 +124,7 @@ cdef int layer_qkv(Transformer* t, const LayerPtrs* lw, int li, Py_ssize_t n, lo
             add_inplace(s.v + i * kv_dim, lw.bv, kv_dim)
     if s.q_pre != NULL:
         memcpy(s.q_pre, s.q, n * q_dim * sizeof(float))
+    report(o, STAGE_Q_PRE_ROPE, li, pos, n, s.q, q_dim)
     for i in range(n):
         rope_rows_at(&s.rope, pos + i, &cos_row, &sin_row)
         rope_apply(&s.rope.spec, s.q + i * q_dim, c.n_heads, cos_row, sin_row)

@@ -20,7 +20,8 @@ cdef enum:
     STAGE_LAYER_OUT = 13       # the residual stream after the layer (dim)
     STAGE_RESULT_NORM = 14     # the final normed hidden state (dim)
     STAGE_LOGITS = 15          # the logits (vocab_size), when the pass computes them
-    STAGE_COUNT = 16
+    STAGE_Q_PRE_ROPE = 16      # queries before RoPE (q_dim), reported before STAGE_Q
+    STAGE_COUNT = 17
 
 # stage(owner, stage, layer, pos, n, rows, width): rows [n, width] at positions pos .. pos + n - 1
 ctypedef int (*stage_hook)(void* owner, int stage, int layer, long long pos, Py_ssize_t n, const float* rows,

@@ -14,7 +14,7 @@ import numpy as np
 
 STAGE_NAMES = (
     "embedding", "attn_norm", "q", "k", "v", "attention", "attn_out", "ffn_inp", "ffn_norm", "ffn_gate",
-    "ffn_up", "ffn_act", "ffn_out", "layer_out", "result_norm", "logits",
+    "ffn_up", "ffn_act", "ffn_out", "layer_out", "result_norm", "logits", "q_pre_rope",
 )
 assert len(STAGE_NAMES) == STAGE_COUNT
 

@@ -213,8 +213,9 @@ def passkey_segment(tokenizer: Tokenizer, length: int, depth: float, seed: int, 
     start = bisect.bisect_right(offsets, last) - 1  # the token holding the key's first byte
     n_key = len(ids) - start
     needle = bisect.bisect_right(offsets, first) - 1
+    question = bisect.bisect_right(offsets, stream.rfind(QUESTION.encode())) - 1  # where the context ends
     name = f"passkey-d{depth:g}-n{length}"
-    target = Target("passkey", key, start, n_key, start, needle, depth, length)
+    target = Target("passkey", key, start, n_key, start, needle, depth, length, context_end=question)
     note = f"key {key} at depth {depth:g}: needle at token {needle}, answer at {start}"
     return Segment(name, "passkey", np.asarray(ids, dtype=np.int32), note=note, target=target)
 

@@ -44,11 +44,10 @@ import numpy as np
 from pyllama.diff.probes.retrieval import byte_offsets, encode_text, stream_bytes, use_chat
 from pyllama.diff.probes.ruler_tasks import TASK_NAMES, TASKS, drafter
 from pyllama.diff.probes.ruler_text import Draft
-from pyllama.diff.probes.sequences import Target
+from pyllama.diff.probes.sequences import Probe, Segment, Target
 from pyllama.errors import InputError
 
 if TYPE_CHECKING:
-    from pyllama.diff.probes import Probe
     from pyllama.tokenizer.base import Tokenizer
 
 __all__ = ["RULER_NAME", "RulerSample", "TASK_NAMES", "ruler_probe", "ruler_sample"]
@@ -119,8 +118,6 @@ def parse_ruler_spec(text: str, seq_len: int) -> dict[str, Any]:
 
 def ruler_probe(text: str, tokenizer: Tokenizer, seq_len: int) -> Probe:
     """The Probe a ``ruler`` spec names: one sequence per task, length and seed."""
-    from pyllama.diff.probes import Probe, Segment
-
     v = parse_ruler_spec(text, seq_len)
     chat = use_chat(tokenizer, v["chat"], text)
     segments = []

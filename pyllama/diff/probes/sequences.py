@@ -39,7 +39,7 @@ class Target:
     requested: int = 0  # the length the probe asked for (the sequence is at most this long)
     task: str = ""  # ruler: the task's name
     answers: tuple[str, ...] = ()  # ruler: the reference strings, in RULER's order
-    context_end: int = -1  # ruler: the question's first token (the context is the tokens before it)
+    context_end: int = -1  # the question's first token (the context is the tokens before it); -1: none
     prefix: int = -1  # ruler: the answer prefix's first token
     generate: int = 0  # tokens greedy decoding writes at most (0: as many as the answer has)
     stop: tuple[int, ...] = ()  # tokens that end greedy decoding (not written)
@@ -63,6 +63,13 @@ class Segment:
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def context_end(self) -> int:
+        """The context's last position (a retrieval sequence's haystack, before its question), where
+        the compression event comes by default; -1: the sequence has no context apart from its question."""
+        t = self.target
+        return t.context_end - 1 if t is not None and t.context_end > 0 else -1
 
 
 @dataclass
