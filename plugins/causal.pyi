@@ -1,7 +1,7 @@
-from pyllama.attention.base import Attention
+from pyllama.attention.dense import DenseAttention
 from pyllama.config import ModelConfig
 
-class Causal(Attention):
+class Causal(DenseAttention):
     def __init__(self, positions: int = 0) -> None: ...
     def planned_bytes(self, config: ModelConfig) -> int: ...
     def owned_bytes(self) -> int: ...

@@ -1,9 +1,11 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.dense import DenseAttention
 from pyllama.config import ModelConfig
 
-class KMeans(Attention):
+@disjoint_base
+class KMeans(DenseAttention):
     clusters: int
     budget: int
     sinks: int

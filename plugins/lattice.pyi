@@ -1,9 +1,11 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.window import WindowAttention
 from pyllama.config import ModelConfig
 
-class Lattice(Attention):
+@disjoint_base
+class Lattice(WindowAttention):
     sinks: int
     window: int
     base: int

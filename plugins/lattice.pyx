@@ -52,7 +52,8 @@ from pyllama.attention.memory import require_memory
 from pyllama.attention.spec import Knob, check_knobs
 from pyllama.attention.window import sink_window_knobs
 
-DEF MAX_LEVELS = 62  # base * 2**62 tokens: more than any sequence
+cdef enum:
+    MAX_LEVELS = 62  # base * 2**62 tokens: more than any sequence
 
 
 cdef class Lattice(WindowAttention):

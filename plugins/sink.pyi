@@ -1,7 +1,10 @@
-from pyllama.attention.base import Attention
+from typing_extensions import disjoint_base
+
+from pyllama.attention.window import WindowAttention
 from pyllama.config import ModelConfig
 
-class Sink(Attention):
+@disjoint_base
+class Sink(WindowAttention):
     sinks: int
     window: int
     shift: bool

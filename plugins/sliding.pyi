@@ -1,7 +1,7 @@
-from pyllama.attention.base import Attention
+from pyllama.attention.window import WindowAttention
 from pyllama.config import ModelConfig
 
-class Sliding(Attention):
+class Sliding(WindowAttention):
     window: int
     def __init__(self, window: int = 256) -> None: ...
     def planned_bytes(self, config: ModelConfig) -> int: ...

@@ -1,7 +1,10 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.window import WindowAttention
 from pyllama.config import ModelConfig
+
+__all__ = ["COLD_CONTEXTS", "Tiered", "dequantize", "pack4", "quantize", "unpack4"]
 
 COLD_CONTEXTS: int
 
@@ -10,7 +13,8 @@ def dequantize(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.nda
 def pack4(codes: np.ndarray) -> np.ndarray: ...
 def unpack4(packed: np.ndarray, m: int) -> np.ndarray: ...
 
-class Tiered(Attention):
+@disjoint_base
+class Tiered(WindowAttention):
     sinks: int
     window: int
     warm: int

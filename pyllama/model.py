@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -125,9 +126,7 @@ class Model:
         model.tokenizer_problem = opened.tokenizer_problem
         return model
 
-    def chat(
-        self, message: str, system: str | None = None, template: str | None = None, **options: object
-    ) -> Generation:
+    def chat(self, message: str, system: str | None = None, template: str | None = None, **options: Any) -> Generation:
         """One chat turn: ``message`` rendered with the file's ``tokenizer.chat_template`` (or
         ``template``), generated until the end-of-turn token; ``.text`` is the reply. ``options``:
         those of ``generate``. See ``pyllama.chat``."""

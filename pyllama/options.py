@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import NoReturn, TypeGuard
 
 from pyllama.errors import InputError
 
@@ -38,12 +39,12 @@ def max_threads() -> int:
     return THREADS_PER_CPU * usable_cpus()
 
 
-def _fail(name: str, value: object, valid: str, why: str = "") -> None:
+def _fail(name: str, value: object, valid: str, why: str = "") -> NoReturn:
     what = f"{name} {value!r}" if name else repr(value)  # no name: click's message names the option
     raise InputError(f"{what} is out of range: valid is {valid}{why}")
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -185,6 +185,29 @@ def test_nested_arrays_and_every_scalar_type(tmp_path):
     assert (md["flag"].value, md["f64"].value, md["i8"].value, md["u64"].value) == (True, 1e-300, -3, 2**64 - 1)
 
 
+def test_typed_views_give_a_value_of_their_kind_and_refuse_another(tmp_path):
+    path = tmp_path / "kv.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_uint32("count", 7)
+    writer.add_float32("eps", 0.25)
+    writer.add_array("scores", [1.5, -2.0])
+    writer.add_array("tokens", ["a", "bc"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    md = read_metadata_file(path).metadata
+    assert (md["count"].scalar(), md["eps"].scalar(), md["general.architecture"].text()) == (7, 0.25, b"llama")
+    assert md["scores"].numbers().tolist() == [1.5, -2.0] and md["tokens"].strings().decode() == ["a", "bc"]
+    for view, record, message in [
+        ("text", "count", "is uint32, not a string"),
+        ("scalar", "tokens", "is array of string, not a scalar"),
+        ("numbers", "tokens", "is array of string, not a numeric array"),
+        ("strings", "scores", "is array of float32, not an array of strings"),
+    ]:
+        with pytest.raises(TypeError, match=message):
+            getattr(md[record], view)()
+
+
 def test_large_vocabulary_loads_without_per_element_parsing():
     """A guard, not a benchmark: the 151,936-token qwen2 vocabulary took 18 s with gguf-py's
     per-element parse and takes a few tenths of a second now; 5 s leaves room for a loaded machine."""

@@ -1,12 +1,14 @@
 from typing import Any, ClassVar
 
 import numpy as np
+from typing_extensions import disjoint_base
 
 from pyllama.attention.spec import Knob
 from pyllama.config import ModelConfig
 
 UNBOUNDED: int
 
+@disjoint_base
 class Attention:
     name: ClassVar[str]
     description: ClassVar[str]

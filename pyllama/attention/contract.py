@@ -103,7 +103,7 @@ def check_plugin_class(cls: Any, label: str, constructor: bool = True) -> None:
     _check_signatures(cls, probe, fail)
 
 
-def _check_constructor(cls: type, names: list[str], fail: Callable[[str], None]) -> None:
+def _check_constructor(cls: type[Attention], names: list[str], fail: Callable[[str], None]) -> None:
     """The constructor must take every knob by keyword (Cython constructors hide their signature)."""
     try:
         sig = inspect.signature(cls.__init__)

@@ -1,10 +1,15 @@
-from pyllama.attention.base import Attention
+from typing_extensions import disjoint_base
+
+from pyllama.attention.gather import GatherAttention
 from pyllama.attention.spec import Knob
 from pyllama.config import ModelConfig
 
 POSITIONS: Knob
 
-class DenseAttention(Attention):
+def padded_row(kv_dim: int) -> int: ...
+
+@disjoint_base
+class DenseAttention(GatherAttention):
     positions: int
-    def dense_bytes(self, config: ModelConfig, rows: int, counters: int) -> int: ...
-    def owned_bytes(self) -> int: ...
+    row_floats: int
+    def dense_bytes(self, config: ModelConfig, rows: int, counters: int, score_rows: int = 0) -> int: ...

@@ -73,8 +73,7 @@ def parse_checkpoint(path: Path, kind: str, file: BinaryIO | None = None) -> Par
     """Parse ``path`` as ``kind`` (``sniff_checkpoint``'s answer): header, metadata and tensors, once.
     ``file``: ``path`` already open, which the parser maps instead of opening the file again."""
     if kind == GGUF:
-        config, weights = parse_gguf(path, file)
-        return ParsedCheckpoint(config, weights, weights.source.metadata)
+        return ParsedCheckpoint(*parse_gguf(path, file))
     return ParsedCheckpoint(*load_llama2c(path, file))
 
 

@@ -33,6 +33,7 @@ from gguf import GGMLQuantizationType, GGUFReader, Keys
 from gguf.constants import MODEL_TENSOR, TENSOR_NAMES
 
 from pyllama.checkpoint.gguf_config import ARCHITECTURES, SUPPORTED_ARCHS, Architecture, Meta, config_of
+from pyllama.checkpoint.gguf_meta import MetaValue
 from pyllama.checkpoint.gguf_reader import (  # open_gguf, read_gguf: re-exported, where callers import them
     GGUF_MAGIC,
     INTEGER_TYPES,
@@ -135,10 +136,12 @@ def load_gguf(path: str | os.PathLike) -> tuple[ModelConfig, Weights]:
     return model_of(open_gguf(path), path)
 
 
-def parse_gguf(path: Path, file: BinaryIO | None = None) -> tuple[ModelConfig, Weights]:
+def parse_gguf(path: Path, file: BinaryIO | None = None) -> tuple[ModelConfig, Weights, dict[str, MetaValue]]:
     """``load_gguf`` for a file whose first bytes have been read (``read_checkpoint``): no second read
-    of its magic; ``file``: the open file, mapped instead of opening it again."""
-    return model_of(read_gguf(path, file), path)
+    of its magic; ``file``: the open file, mapped instead of opening it again. Also returns the
+    file's key/value records (its vocabulary among them)."""
+    reader = read_gguf(path, file)
+    return (*model_of(reader, path), reader.metadata)
 
 
 def _vocab_size(meta: Meta, tensors: _Tensors, arch: str) -> int:

@@ -87,7 +87,7 @@ class Meta:
         if record.type != GGUFValueType.STRING:
             raise self._wrong(key, "a string", record)
         try:
-            return record.value.decode("utf-8")  # type: ignore[attr-defined]
+            return record.text().decode("utf-8")
         except UnicodeDecodeError:
             raise CheckpointError(f"{self.name}: metadata {key} is not valid UTF-8") from None
 
@@ -100,7 +100,7 @@ class Meta:
                 raise CheckpointError(f"{self.name}: metadata key {key} is missing (llama.cpp requires it too)")
             return default
         if record.type == GGUFValueType.ARRAY and per_layer and record.item_type in INTEGER_TYPES:
-            values = [int(v) for v in record.value]  # type: ignore[attr-defined]
+            values = [int(v) for v in record.numbers()]
             if len(values) != per_layer or len(set(values)) != 1:
                 raise CheckpointError(
                     f"{self.name}: {key} varies per layer ({values[:8]}{' ...' if len(values) > 8 else ''}); "
@@ -109,7 +109,7 @@ class Meta:
             return values[0]
         if record.type not in INTEGER_TYPES:
             raise self._wrong(key, "an integer", record)
-        return int(record.value)  # type: ignore[call-overload]
+        return int(record.scalar())
 
     def flags(self, key: str, n: int) -> list[bool] | None:
         """A per-layer array of bool or integer values as flags (None: the key is not an array)."""
@@ -120,7 +120,7 @@ class Meta:
             raise self._wrong(key, "an array of bool, int32 or uint32", record)
         if record.count != n:
             raise CheckpointError(f"{self.name}: {key} has {record.count} values for {n} layers")
-        return [bool(v) for v in record.value]  # type: ignore[attr-defined]
+        return [bool(v) for v in record.numbers()]
 
     def number(self, key: str, default: float | None = None) -> float:
         record = self.records.get(key)
@@ -130,7 +130,7 @@ class Meta:
             return default
         if record.type not in _FLOAT_TYPES | INTEGER_TYPES:
             raise self._wrong(key, "a number", record)
-        return float(record.value)  # type: ignore[arg-type]
+        return float(record.scalar())
 
     def array_length(self, key: str) -> int | None:
         record = self.records.get(key)

@@ -82,7 +82,36 @@ class MetaValue:
     @property
     def count(self) -> int:
         """Number of elements of an array (1 for a scalar)."""
-        return len(self.value) if self.type == GGUFValueType.ARRAY else 1  # type: ignore[arg-type]
+        return len(self.value) if isinstance(self.value, (np.ndarray, StringArray, list)) else 1
+
+    # Typed views of ``value``. The caller has checked ``type`` (and ``item_type``) and says which
+    # one it expects; a mismatch is a caller's mistake, not a bad file, hence a TypeError.
+    def text(self) -> bytes:
+        """A string's bytes."""
+        if isinstance(self.value, bytes):
+            return self.value
+        raise self._not("a string")
+
+    def scalar(self) -> int | float:
+        """A number or a bool (a bool is an int)."""
+        if isinstance(self.value, (int, float)):
+            return self.value
+        raise self._not("a scalar")
+
+    def numbers(self) -> np.ndarray:
+        """A numeric array: a read-only view of the map."""
+        if isinstance(self.value, np.ndarray):
+            return self.value
+        raise self._not("a numeric array")
+
+    def strings(self) -> StringArray:
+        """An array of strings."""
+        if isinstance(self.value, StringArray):
+            return self.value
+        raise self._not("an array of strings")
+
+    def _not(self, what: str) -> TypeError:
+        return TypeError(f"the metadata value at byte {self.offset:,} is {self.type_name()}, not {what}")
 
     def type_name(self) -> str:
         """``uint32``, ``string``, ``array of int32`` (for messages)."""
@@ -96,7 +125,7 @@ class _Cursor:
 
     def __init__(self, data: np.ndarray) -> None:
         self.array = data
-        self.view = memoryview(data)
+        self.view = data.data  # the array's buffer as a memoryview (no copy)
         self.size = int(data.size)
 
     def need(self, offset: int, n: int, what: str) -> None:
@@ -234,7 +263,7 @@ def read_metadata_file(path: str | os.PathLike[str], file: BinaryIO | None = Non
         raise MalformedGGUF(f"{data.size} bytes is too small for a GGUF header ({HEADER_BYTES} bytes)")
     if bytes(data[:4]) != b"GGUF":
         raise MalformedGGUF(f"not a GGUF file: it starts with {bytes(data[:4])!r}, expected b'GGUF'")
-    version, tensor_count, kv_count = struct.unpack_from("<IQQ", data, 4)
+    version, tensor_count, kv_count = struct.unpack_from("<IQQ", data.data, 4)
     if version & 0xFFFF == 0:
         raise MalformedGGUF("a big-endian GGUF file; pyllama reads little-endian GGUF only")
     if version not in SUPPORTED_VERSIONS:

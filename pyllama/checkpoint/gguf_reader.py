@@ -132,7 +132,8 @@ def read_gguf(path: Path, file: BinaryIO | None = None) -> CheckedReader:
     name = path.name
     _check_size(path)
     try:
-        reader = CheckedReader(path if file is None else file, "r")
+        # gguf-py annotates `path` as a file name, but only hands it to np.memmap, which maps an open file too
+        reader = CheckedReader(path if file is None else file, "r")  # type: ignore[arg-type]
     except _Malformed as exc:
         raise CheckpointError(f"{name}: {exc}") from None
     except (ValueError, KeyError, IndexError, OverflowError, UnicodeDecodeError, MemoryError) as exc:

@@ -38,12 +38,13 @@ def _output_file(ctx: click.Context, param: click.Parameter, value: str | None) 
 
 def _output_figure(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A figure path needs a writable folder and an extension matplotlib knows how to write."""
-    if _output_file(ctx, param, value) is None:
+    path = _output_file(ctx, param, value)
+    if path is None:
         return None
     from matplotlib.backend_bases import FigureCanvasBase  # lazy: matplotlib only when a figure is asked for
 
     known = FigureCanvasBase.get_supported_filetypes()
-    ext = os.path.splitext(value)[1].lstrip(".").lower()
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
     if ext not in known:
         got = f"the extension .{ext}" if ext else "no extension"
         raise click.BadParameter(
@@ -177,10 +178,10 @@ def diff(
         {"--json": json_path, "--csv": csv_path, "--plot": plot_path},
     )
     model = Model.load(checkpoint, tokenizer=tokenizer, threads=threads or 0)
-    require_tokenizer(model, checkpoint)
+    model_tokenizer = require_tokenizer(model, checkpoint)
     source: Probe | str
     if prompt is not None:
-        source = probe_from_text(prompt, model.tokenizer, name="prompt")
+        source = probe_from_text(prompt, model_tokenizer, name="prompt")
     else:
         source = text_file or probe or "standard"
     report = model.diff(

@@ -77,7 +77,7 @@ def _per_layer(values: list, global_zero: bool = False) -> str:
     groups = []
     for value in dict.fromkeys(values):
         layers = [i for i, v in enumerate(values) if v == value]
-        spans = []
+        spans: list[list[int]] = []  # [first, last] layer of each run
         for i in layers:
             if spans and spans[-1][1] == i - 1:
                 spans[-1][1] = i

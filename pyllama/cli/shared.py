@@ -7,6 +7,7 @@ click callbacks; an option that two commands take with different defaults is a f
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,10 @@ from pyllama import options
 from pyllama.attention.registry import resolve_spec
 from pyllama.attention.spec import PluginSpec
 from pyllama.errors import PyllamaError, TokenizerError
+
+if TYPE_CHECKING:
+    from pyllama.model import Model
+    from pyllama.tokenizer import Tokenizer
 
 
 def _in_range(check):
@@ -131,13 +136,15 @@ seed_option = click.option(
 )
 
 
-def require_tokenizer(model, checkpoint: str) -> None:
-    """generate and diff need text: say why there is no tokenizer (none beside it, or one that does not fit)."""
+def require_tokenizer(model: Model, checkpoint: str) -> Tokenizer:
+    """generate and diff need text: the model's tokenizer, or say why there is none (none beside it,
+    or one that does not fit)."""
     if model.tokenizer is None:
         if model.tokenizer_problem:
             problem = model.tokenizer_problem  # the tokenizer's own error may already say how to fix it
             raise TokenizerError(problem if "-z" in problem else f"{problem}; pass the model's tokenizer with -z")
         raise click.UsageError(f"{checkpoint}: no tokenizer found beside it; pass one with -z")
+    return model.tokenizer
 
 
 _line_open = False  # stream() left text on stdout without a newline

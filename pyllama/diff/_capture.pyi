@@ -1,10 +1,14 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
 from pyllama.attention.base import Attention
 from pyllama.config import ModelConfig
 from pyllama.engine.observer import EngineObserver
 
+@disjoint_base
 class DiffCapture(EngineObserver):
+    plugin: Attention
+    label: str
     def __init__(
         self,
         plugin: Attention,

@@ -1,5 +1,9 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
+NUMPY_LOOPS: bool  # numpy's own exp and log loops were found (row_metrics.h uses them)
+
+@disjoint_base
 class RowSoftmax:
     finite: np.ndarray  # bool[rows]: the row holds no NaN or Inf
     top1: np.ndarray  # int32[rows]: argmax (first of equals), -1 for a non-finite row

@@ -43,7 +43,7 @@ from pyllama.diff._metrics import compare
 from pyllama.diff.probes import Probe, ProbeSource, load_probe
 from pyllama.diff.report import DiffReport, RecallRow, SegmentInfo
 from pyllama.diff.retrieval_scores import diff_rows
-from pyllama.diff.side_cache import SideCache, model_fingerprint, probe_fingerprint, recorded_spec
+from pyllama.diff.side_cache import RecordWriter, SideCache, model_fingerprint, probe_fingerprint, recorded_spec
 from pyllama.diff.sides import LiveSide, ReplaySide
 from pyllama.engine import Engine
 from pyllama.errors import InputError
@@ -194,10 +194,12 @@ def _record_keys(store: SideCache | None, model_file, config: ModelConfig, pr: P
     return [SideCache.key(model, spec, repr(config), probe) if spec else None for spec in specs]
 
 
-def _start_recording(store, key, side, pr: Probe, infos: list[SegmentInfo], config: ModelConfig):
+def _start_recording(
+    store: SideCache | None, key: str | None, side, pr: Probe, infos: list[SegmentInfo], config: ModelConfig
+) -> RecordWriter | None:
     """Side A records its run when it is live, has a key, and every sequence is compared over all
     the positions it holds (a record holds each sequence up to the plugin's own limit)."""
-    if key is None or side.replayed:
+    if store is None or key is None or side.replayed:
         return None
     held = _rows_of(pr)(side.max_positions)
     if any(info.compared != n for info, n in zip(infos, held, strict=True)):
@@ -333,15 +335,18 @@ def _compare(
     side_a: LiveSide | ReplaySide,
     side_b: LiveSide | ReplaySide,
     nxt: np.ndarray,
-    n_threads,
+    n_threads: int,
 ) -> None:
     """The metrics of one block of positions (rows ``r``), from both sides' buffers: what
     metrics.max_abs_diff, kl_divergence, top1, teacher_logprob and teacher_rank give, in one pass."""
     m = r.stop - r.start
     n_layers = cols["layer_err"].shape[1]
     sa, sb = side_a.softmax, side_b.softmax
-    outs = [cols[k][r] for k in ("max_abs_dlogit", "kl", "logp_a", "logp_b", "rank_a", "rank_b")]
-    compare(sa, sb, side_a.logits[:m], side_b.logits[:m], nxt, *outs, n_threads=n_threads)
+    max_abs, kl, logp_a, logp_b, rank_a, rank_b = (
+        cols[k][r] for k in ("max_abs_dlogit", "kl", "logp_a", "logp_b", "rank_a", "rank_b")
+    )
+    la, lb = side_a.logits[:m], side_b.logits[:m]
+    compare(sa, sb, la, lb, nxt, max_abs, kl, logp_a, logp_b, rank_a, rank_b, n_threads=n_threads)
     cols["top1_a"][r] = sa.top1[:m]
     cols["top1_b"][r] = sb.top1[:m]
     cols["layer_err"][r] = metrics.relative_l2(side_a.att[:m], side_b.att[:m])

@@ -109,7 +109,7 @@ class DiffReport:
 
     def first_nonfinite(self) -> dict | None:
         """The earliest position (in probe order) where either side held NaN or Inf, with its layer."""
-        best = None
+        best: tuple[int, str, int | None] | None = None  # (row, side, layer; None: the logits only)
         for side in ("A", "B"):
             col = self._nonfinite(side)
             rows = np.nonzero(col >= 0)[0]
@@ -121,12 +121,12 @@ class DiffReport:
                 best = (i, side, None if layer >= self.n_layers else layer)
         if best is None:
             return None
-        i, side, layer = best
+        i, side, first_layer = best
         return {
             "position": int(self.position[i]),
             "sequence": self.segments[self.segment[i]].name,
             "side": side,
-            "layer": layer,
+            "layer": first_layer,
         }
 
     @property

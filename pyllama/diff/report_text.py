@@ -121,13 +121,14 @@ def retrieval_table(rows: list[RetrievalRow], s: dict) -> list[str]:
     ]
     for r in rows:
         cells = []
-        for sc in (r.a, r.b):
+        a, b = r.both()
+        for sc in (a, b):
             greedy = "-" if sc.greedy is None else repr(sc.greedy.strip())[:9]
             cells.append(f"{sig3(sc.p):>10}{sc.max_rank:>8}{greedy:>10}")
         if r.kind == "copy":
-            verdict = f"loss A {r.a.loss:.3f}, B {r.b.loss:.3f} nats/token"
+            verdict = f"loss A {a.loss:.3f}, B {b.loss:.3f} nats/token"
         else:
-            verdict = f"{'yes' if r.a.retrieves else 'no'}/{'yes' if r.b.retrieves else 'no'}"
+            verdict = f"{'yes' if a.retrieves else 'no'}/{'yes' if b.retrieves else 'no'}"
         key = r.key if r.kind == "passkey" else "(span)"
         out.append(f"{r.segment:<22}{key:>8}{r.distance:>9}{''.join(cells)}  {verdict}")
     for side in "ab":
@@ -157,7 +158,7 @@ def ruler_table(rows: list[RetrievalRow], s: dict) -> list[str]:
     ]
     for r in rows:
         cells, greedy = [], []
-        for sc in (r.a, r.b):
+        for sc in r.both():
             match = "-" if sc.match_all is None else f"{sc.match_all:.2f}"
             cells.append(f"{sig3(sc.logp):>9}{sc.max_rank:>8}{match:>7}")
             greedy.append("-" if sc.greedy is None else repr(sc.greedy[:24]))

@@ -43,7 +43,7 @@ from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
 from pyllama.diff._capture import DiffCapture
 from pyllama.diff._metrics import RowSoftmax
-from pyllama.diff.probes import Probe, ProbeSource, Segment, load_probe
+from pyllama.diff.probes import Probe, ProbeSource, Segment, Target, load_probe
 from pyllama.diff.probes.ruler_metrics import match_all, match_part, postprocess, string_match_all, string_match_part
 from pyllama.engine import Engine
 from pyllama.errors import InputError
@@ -123,11 +123,17 @@ class RetrievalRow:
     needle: int  # first token of the key in the haystack
     answer: int  # first scored token
     distance: int
-    a: KeyScore | None
+    a: KeyScore
     b: KeyScore | None = None
     task: str = ""  # ruler: the task
     answers: tuple[str, ...] = ()  # ruler: the references
     context_end: int = -1  # ruler: the question's first token
+
+    def both(self) -> tuple[KeyScore, KeyScore]:
+        """Both sides' scores: a diff's row (a one-plugin run's row has no ``b``)."""
+        if self.b is None:
+            raise ValueError(f"retrieval row {self.segment}: one plugin's scores, not a diff's")
+        return self.a, self.b
 
     def flat(self) -> dict:
         """One flat record (JSON, CSV, pandas): the sequence's fields, then each side's with _a / _b."""
@@ -201,7 +207,7 @@ def key_score(
     tokenizer,
 ) -> KeyScore:
     """The scores of the rows predicting ``seg.target``'s tokens (``logp``/``ranks``/``top1`` of those rows)."""
-    t = seg.target
+    t = _target(seg)
     key_ids = seg.tokens[t.start : t.start + t.length]
     lp = float(np.sum(logp))
     score = KeyScore(lp, -lp / max(1, t.length), tuple(int(r) for r in ranks))
@@ -245,7 +251,7 @@ def greedy_decode(engine: Engine, prompt: np.ndarray, steps: int, stop: frozense
 def decode_answer(engine: Engine, seg: Segment) -> list[int]:
     """The greedy answer of a retrieval sequence on ``engine``: after its prompt, as many tokens as
     its target has (a RULER task: up to its ``generate`` tokens, ending at a ``stop`` token)."""
-    t = seg.target
+    t = _target(seg)
     return greedy_decode(engine, seg.tokens[: t.prompt], t.generate or t.length, frozenset(t.stop))
 
 
@@ -331,8 +337,15 @@ def score_retrieval(
     return RetrievalRun(label, pr.name, rows, memory, time.perf_counter() - t0, positions, notes)
 
 
-def _row(seg: Segment, a: KeyScore | None, b: KeyScore | None = None) -> RetrievalRow:
-    t = seg.target
+def _target(seg: Segment) -> Target:
+    """What a retrieval sequence scores; only sequences that have a target are scored."""
+    if seg.target is None:
+        raise ValueError(f"sequence {seg.name} is not a retrieval sequence: it has no target to score")
+    return seg.target
+
+
+def _row(seg: Segment, a: KeyScore, b: KeyScore | None = None) -> RetrievalRow:
+    t = _target(seg)
     return RetrievalRow(
         seg.name,
         t.kind,

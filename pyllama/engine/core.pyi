@@ -1,6 +1,7 @@
 from collections.abc import Callable
 
 import numpy as np
+from typing_extensions import disjoint_base
 
 from pyllama.attention.base import Attention
 from pyllama.attention.pool import Pool as Pool
@@ -9,6 +10,9 @@ from pyllama.config import ModelConfig
 from pyllama.engine.observer import EngineObserver
 from pyllama.sampler import Sampler
 
+ROW_BUFFERS: tuple[str, ...]
+
+@disjoint_base
 class Engine:
     config: ModelConfig
     weights: Weights

@@ -55,25 +55,25 @@ import os
 
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-DEF DEFAULT_SERIAL_BELOW = (1 << 15) + 1
+cdef enum:
+    DEFAULT_SERIAL_BELOW = (1 << 15) + 1
+    POLICY_FIXED = 0      # every decode token on the caller's team (the behaviour before the controller)
+    POLICY_ADAPTIVE = 1   # the controller above
+    POLICY_ALTERNATE = 2  # one thread and n threads in turn, every token: for the tests of exactness
+    SETTLED_TOKENS = 2    # timed tokens on the settled team before it can be compared
+    PROBE_TOKENS = 8      # timed tokens a probe must win, each keeping its running mean ahead, to be chosen
+    MEMORY_SLOTS = 4      # keys remembered per thread
 
-DEF POLICY_FIXED = 0      # every decode token on the caller's team (the behaviour before the controller)
-DEF POLICY_ADAPTIVE = 1   # the controller above
-DEF POLICY_ALTERNATE = 2  # one thread and n threads in turn, every token: for the tests of exactness
-
-DEF SETTLED_TOKENS = 2    # timed tokens on the settled team before it can be compared
-DEF PROBE_TOKENS = 8      # timed tokens a probe must win, each keeping its running mean ahead, to be chosen
-DEF MEAN_WEIGHT = 0.125   # weight of a new token in the settled team's running mean
-DEF MARGIN = 0.03         # the other team must be this much faster per token to be chosen
-DEF TRIGGER = 0.1         # the settled team this much slower than the other one last was: probe now
-DEF MIN_GAP = 0.05        # seconds from a change of team to the next probe
-DEF MAX_GAP = 1.0         # the doubling stops here (the budget rule may ask for more)
-DEF PROBE_BUDGET = 0.005  # a probe's expected loss, over the gap before it, is at most this
-DEF UNTIMED_BELOW = 2e-3  # tokens shorter than this: the first one after a change of team is not timed
-DEF WARM_UP = 1e-4        # what that untimed first token may cost on top (a wake-up, a cache refill)
-DEF BLOCK_FIRST_PROBE = 1.0  # seconds of blocks on the team before the first probe of one thread
-DEF MEMORY_SECONDS = 120.0  # a decode starts from the state of the last one of the same key this recent
-DEF MEMORY_SLOTS = 4      # keys remembered per thread
+cdef const double MEAN_WEIGHT = 0.125      # weight of a new token in the settled team's running mean
+cdef const double MARGIN = 0.03            # the other team must be this much faster per token to be chosen
+cdef const double TRIGGER = 0.1            # the settled team this much slower than the other one last was: probe now
+cdef const double MIN_GAP = 0.05           # seconds from a change of team to the next probe
+cdef const double MAX_GAP = 1.0            # the doubling stops here (the budget rule may ask for more)
+cdef const double PROBE_BUDGET = 0.005     # a probe's expected loss, over the gap before it, is at most this
+cdef const double UNTIMED_BELOW = 2e-3     # tokens shorter than this: the first one after a change of team is not timed
+cdef const double WARM_UP = 1e-4           # what that untimed first token may cost on top (a wake-up, a cache refill)
+cdef const double BLOCK_FIRST_PROBE = 1.0  # seconds of blocks on the team before the first probe of one thread
+cdef const double MEMORY_SECONDS = 120.0   # a decode starts from the state of the last one of the same key this recent
 
 cdef extern from *:
     """

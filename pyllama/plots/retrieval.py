@@ -29,7 +29,7 @@ ANSWER_COLOR = OKABE_ITO["sky_blue"]
 
 def _scored(results: Any, sides: str = "b") -> list[tuple[str, list[tuple[RetrievalRow, KeyScore]]]]:
     """(label, [(row, that plugin's score)]) per plugin, passkey rows only."""
-    out = []
+    out: list[tuple[str, list[tuple[RetrievalRow, KeyScore]]]] = []
     if isinstance(results, Mapping):
         items = [(label, [(r, r.a) for r in rows]) for label, rows in results.items()]
     else:
@@ -49,6 +49,13 @@ def _scored(results: Any, sides: str = "b") -> list[tuple[str, list[tuple[Retrie
     return out
 
 
+def _depth(row: RetrievalRow) -> float:
+    """Where a passkey row's needle is (every passkey sequence has a depth)."""
+    if row.depth is None:
+        raise ValueError(f"retrieval row {row.segment} has no needle depth to place it on the grid")
+    return row.depth
+
+
 def needle_heatmap_figure(results: Any, *, value: str = "p", sides: str = "b", columns: int = 4) -> Figure:
     """One panel per plugin: the needle grid, depth (rows) x sequence length (columns), coloured by
     P(key) teacher-forced (``value="p"``, log scale) or by retrieval (``value="retrieves"``: 1 where
@@ -56,7 +63,7 @@ def needle_heatmap_figure(results: Any, *, value: str = "p", sides: str = "b", c
     if value not in ("p", "retrieves"):
         raise ValueError(f"value must be 'p' or 'retrieves', got {value!r}")
     plugins = _scored(results, sides)
-    depths = sorted({r.depth for _, pairs in plugins for r, _ in pairs})
+    depths = sorted({_depth(r) for _, pairs in plugins for r, _ in pairs})
     lengths = sorted({r.requested for _, pairs in plugins for r, _ in pairs})
     ncols = min(columns, len(plugins))
     nrows = -(-len(plugins) // ncols)
@@ -67,7 +74,7 @@ def needle_heatmap_figure(results: Any, *, value: str = "p", sides: str = "b", c
     for ax, (label, pairs) in zip(axes, plugins, strict=False):
         grid = np.full((len(depths), len(lengths)), np.nan)
         for r, s in pairs:
-            i, j = depths.index(r.depth), lengths.index(r.requested)
+            i, j = depths.index(_depth(r)), lengths.index(r.requested)
             grid[i, j] = max(s.p, P_FLOOR) if value == "p" else float(s.retrieves)
             if s.retrieves:
                 ax.plot(j, i, "o", color="white", ms=4, mec="black", mew=0.6)
@@ -80,6 +87,7 @@ def needle_heatmap_figure(results: Any, *, value: str = "p", sides: str = "b", c
     for ax in axes[len(plugins) :]:
         ax.set_visible(False)
     what = "P(key), teacher-forced" if value == "p" else "retrieves (every key token rank 1)"
+    assert image is not None  # _scored returns at least one plugin, so one panel was drawn
     fig.colorbar(image, ax=axes[: len(plugins)].tolist(), shrink=0.8, label=what)
     fig.suptitle(f"needle grid: {what}; dot = retrieves")
     return fig

@@ -54,7 +54,7 @@ class ModelEntry:
     sha256: str
     tokenizer: str | None
     tokenizer_sha256: str | None
-    model: object  # pyllama.model.Model (mapped on the client for planning)
+    model: Model  # mapped on the client for planning
     probes: dict[str, Probe] = field(default_factory=dict)
 
 
@@ -79,13 +79,14 @@ def plan_study(study: Study, threads: int = 1) -> Plan:
         models[entry.path] = entry
     probe_ids = _load_probes(study, models)
     ref_positions = _max_positions(reference)
+    budgets: list[int | None] = [*study.budgets] or [None]  # None: the grid point as written
     cells: list[Cell] = []
     for entry in models.values():
         for source, probe in entry.probes.items():
             longest = max(probe.segments, key=len).tokens
             sizer = BudgetSizer(entry.model, longest, ref_positions or entry.model.config.seq_len, threads)
             for point in points:
-                for budget in study.budgets or [None]:
+                for budget in budgets:
                     cells.append(_cell(study, entry, reference, point, source, probe_ids[source], budget, sizer))
     return Plan(study, reference, _unique(cells), models)
 
@@ -173,9 +174,9 @@ def _load_model(study: Study, index: int, name: str) -> ModelEntry:
         raise study.fail(where, str(exc)) from None
     if model.tokenizer is None:
         raise study.fail(where, f"{name}: no tokenizer found beside it; set tokenizer = ... in the study")
-    path = str(Path(path).resolve())
+    resolved = str(path.resolve())
     tok = str(Path(tokenizer).resolve()) if tokenizer else None  # None: the model's own (its sha256 covers it)
-    return ModelEntry(path, file_sha256(path), tok, file_sha256(tok) if tok else None, model)
+    return ModelEntry(resolved, file_sha256(resolved), tok, file_sha256(tok) if tok else None, model)
 
 
 def _max_positions(spec: str) -> int:

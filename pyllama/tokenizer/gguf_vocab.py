@@ -93,6 +93,11 @@ _DEPRECATED_FIM = {  # older spellings of three FIM keys, read after the new one
 }
 
 
+def _type_shown(record: MetaValue) -> str:
+    """``[INT32]`` for an array of int32, ``UINT32`` for a scalar."""
+    return f"[{record.item_type.name}]" if record.item_type is not None else record.type.name
+
+
 class _Metadata:
     """Typed access to the parsed key/value records of a GGUF file, with one-line errors naming it."""
 
@@ -105,39 +110,38 @@ class _Metadata:
         if record is None:
             return None
         if record.type not in types:
-            found = f"[{record.item_type.name}]" if record.item_type is not None else record.type.name
-            raise TokenizerError(f"{self.name}: {key} is {found}, expected {kind}")
+            raise TokenizerError(f"{self.name}: {key} is {_type_shown(record)}, expected {kind}")
         return record
 
     def _array(self, key: str, item: GGUFValueType) -> MetaValue | None:
         record = self._get(key, f"an array of {item.name}", GGUFValueType.ARRAY)
         if record is not None and record.item_type != item and record.count:
-            raise TokenizerError(f"{self.name}: {key} is [{record.item_type.name}], expected an array of {item.name}")
+            raise TokenizerError(f"{self.name}: {key} is {_type_shown(record)}, expected an array of {item.name}")
         return record
 
     def string(self, key: str) -> str | None:
         record = self._get(key, "a string", GGUFValueType.STRING)
-        return None if record is None else record.value.decode("utf-8", errors="surrogateescape")
+        return None if record is None else record.text().decode("utf-8", errors="surrogateescape")
 
     def integer(self, key: str) -> int | None:
         record = self._get(key, "an integer", *INTEGER_TYPES)
-        return None if record is None else int(record.value)
+        return None if record is None else int(record.scalar())
 
     def boolean(self, key: str) -> bool | None:
         record = self._get(key, "a bool", GGUFValueType.BOOL)
-        return None if record is None else bool(record.value)
+        return None if record is None else bool(record.scalar())
 
     def strings(self, key: str) -> list[str] | None:
         record = self._array(key, GGUFValueType.STRING)
         if record is None:
             return None
-        return record.value.decode("surrogateescape") if record.count else []
+        return record.strings().decode("surrogateescape") if record.count else []
 
     def numbers(self, key: str, kind: GGUFValueType) -> np.ndarray | None:
         record = self._array(key, kind)
         if record is None:
             return None
-        return np.asarray(record.value) if record.count else np.zeros(0)
+        return np.asarray(record.numbers()) if record.count else np.zeros(0)
 
 
 @dataclass

@@ -130,7 +130,7 @@ class NiahDrafter:
         self.task = task
         rng = _rng(seed, task.name, 1)
         n_keys = max(task.keys, task.queries)
-        keys = []
+        keys: list[str] = []
         while len(keys) < n_keys:  # distinct keys, so that each question has one answer
             key = _draw(rng, task.key)
             keys += [key] if key not in keys else []
