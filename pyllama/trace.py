@@ -94,8 +94,17 @@ def current_names(arch: str) -> dict[str, str]:
 
 # From the attention's output on (gemma3: after Wo), the current graph's last layer keeps the last row only.
 CURRENT_LAST_ROW = (
-    "attn_post_norm", "sa_out", "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_swiglu", "ffn_geglu",
-    "ffn_out", "ffn_post_norm", "l_out",
+    "attn_post_norm",
+    "sa_out",
+    "ffn_inp",
+    "ffn_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_swiglu",
+    "ffn_geglu",
+    "ffn_out",
+    "ffn_post_norm",
+    "l_out",
 )
 FINAL_LAST_ROW = ("result_norm", "result_output")
 EVALCB_EDGE = 3  # llama-eval-callback prints (and, at older versions, sums) 3 values at each end of a dimension

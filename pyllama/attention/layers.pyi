@@ -1,6 +1,7 @@
 from typing import Any
 
 import numpy as np
+from typing_extensions import disjoint_base
 
 from pyllama.attention.base import Attention
 
@@ -8,6 +9,7 @@ LAYER_POLICIES: tuple[str, ...]
 
 def govern_layers(plugin: Attention, config: Any) -> Attention: ...
 
+@disjoint_base
 class LayerSplit(Attention):
     inner: Attention
     local: Attention
