@@ -77,8 +77,7 @@ static inline __attribute__((always_inline)) void pyllama_rows_vec(const pyllama
 static inline __attribute__((always_inline)) void pyllama_rows_mat(const pyllama_row_forms f, const pyllama_matrix* m,
                                                                    ptrdiff_t u0, ptrdiff_t u1,
                                                                    const pyllama_acts* acts, float* out) {
-    /* a copy the kernels cannot reach: its strides are computed once, not after every kernel call (that
-       cost Q4_0's 42M prompt 4%) */
+    /* a copy the kernels cannot reach: its strides are computed once, not again after every kernel call */
     const pyllama_acts own = *acts, *a = &own;
     const ptrdiff_t rows = m->rows, cols = m->cols, n_pos = a->n_pos, row_bytes = cols / f.block * f.block_bytes;
     const ptrdiff_t unit = pyllama_unit_rows(f, rows, n_pos);
