@@ -1,7 +1,7 @@
 """The float order of the K-quant row products, emulated in numpy, bit for bit.
 
 pyllama's K-quant products follow the order of the kernels llama.cpp runs on AVX2 (documented in
-pyllama/kernels/kquants.pyx). This test writes that order out independently: the integer weights come
+pyllama/kernels/kquants.h). This test writes that order out independently: the integer weights come
 from gguf-py (dequantised with d = 1 and dmin = 0, each value is the exact integer scale * q; with
 d = 0 and dmin = 1, minus the integer min), the activation from the numpy Q8_K quantiser of
 quant_reference.py, and the lanes, fused multiply-adds and reductions are numpy float32 operations.

@@ -1,10 +1,11 @@
 """Every SIMD path of the block-quantised kernels, tested on whichever x86-64 CPU runs the tests.
 
 A default build compiles one path, the widest this CPU has (the first test checks that), and the
-default run tests that one. So that the others are tested too, this test compiles the seven modules
-that hold those kernels (qlegacy, kquants, qproduct, quant's Q8_0, matvec's float32, the attention's
-head and the diff's row scans, from the C that the install generated) once for each other path,
-puts them into a copy of the package and runs the kernel tests there in a child process:
+default run tests that one. So that the others are tested too, this test compiles the five modules
+that hold those kernels (qproduct: the type table with every weight type's kernels; quant's half
+conversions, matvec's float32 dot, the attention's head and the diff's row scans, from the C that the
+install generated) once for each other path, puts them into a copy of the package and runs the kernel
+tests there in a child process:
 gguf-py's integers and the numpy emulation of ggml's float order, bit for bit
 (test_quant_kernels.py, test_kquant_order.py, test_ggml_order.py, test_ggml_attention.py: one
 query and a block's groups of queries), block products equal to one product per position
@@ -44,8 +45,6 @@ from pyllama.kernels.qproduct import built_for_this_cpu, simd_path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "pyllama"
 MODULES = (
-    "kernels/qlegacy",
-    "kernels/kquants",
     "kernels/qproduct",
     "kernels/quant",
     "kernels/matvec",

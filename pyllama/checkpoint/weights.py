@@ -7,32 +7,12 @@ from these views once, when it is built. Nothing here copies or converts weight 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
 
 import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-
-class QType(IntEnum):
-    """How a matrix is stored. The values are shared with the Cython kernels (matvec.pxd)."""
-
-    F32 = 0  # float32 rows
-    F16 = 1  # IEEE half rows, converted on the fly
-    Q8_0 = 2  # ggml Q8_0: blocks of (f16 scale, 32 x int8)
-    Q8_GROUPS = 3  # llama2.c version 2: int8 rows, then one float32 scale per group
-    # ggml block types (kernels/qlegacy.pyx, kernels/kquants.pyx; the table is kernels/qtypes.py)
-    Q4_0 = 4
-    Q4_1 = 5
-    Q5_0 = 6
-    Q5_1 = 7
-    IQ4_NL = 8
-    BF16 = 9
-    Q2_K = 10
-    Q3_K = 11
-    Q4_K = 12
-    Q5_K = 13
-    Q6_K = 14
+from pyllama.kernels.qtypes import QType  # how a matrix is stored: a row of the type table
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Cython nogil kernels: matvec (f32, f16, q8_0, int8 groups), rmsnorm, softmax, fast exp, SwiGLU, RoPE.
+"""Cython nogil kernels: the matrix products of every weight type (one row each in the table of
+``qtypes.h``), rmsnorm, softmax, fast exp, SwiGLU, RoPE.
 
 Every kernel is a ``noexcept nogil`` function on raw pointers (declared in the ``.pxd`` for other
 Cython modules to cimport) with a thin memoryview wrapper that checks shapes, for tests and Python.

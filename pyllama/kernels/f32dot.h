@@ -1,4 +1,4 @@
-/* The float32 dot product of pyllama (matvec.pyx): one row, four rows at once, and the block tile.
+/* The float32 dot product of pyllama (f32.h, matvec.pyx): one row, four rows at once, and the block tile.
 
    The order, which every form below keeps exactly, so that a row's value never depends on the
    form that computed it (the tests check this bit for bit):
@@ -27,8 +27,15 @@
 #else
 #define PYLLAMA_F32_AVX512 0
 #endif
-/* four rows at once (matvec_f32): 8 (AVX2) or 4 (AVX-512) FMA chains in flight, and four weight
-   streams when the rows are far apart (matvec_f32 takes them a quarter of the matrix apart) */
+/* the forms of the F32 products (f32.h), which matvec.pyx, including this file for pyllama_dot_f32 alone,
+   does not call */
+#if defined(__GNUC__)
+#define PYLLAMA_F32_MAYBE_UNUSED __attribute__((unused))
+#else
+#define PYLLAMA_F32_MAYBE_UNUSED
+#endif
+/* four rows at once (f32.h): 8 (AVX2) or 4 (AVX-512) FMA chains in flight, and four weight
+   streams when the rows are far apart (f32.h takes them a quarter of the matrix apart) */
 #define PYLLAMA_HAVE_DOT4 (PYLLAMA_F32_AVX2 || PYLLAMA_F32_AVX512)
 
 /* 16 -> 4 -> 1 over the lanes l (overwritten), then the tail of a . b in order */
@@ -87,7 +94,7 @@ static float pyllama_dot_f32(const float* a, const float* b, Py_ssize_t n) {
 }
 
 /* out[r * out_stride] = pyllama_dot_f32(w + r * stride, x, n) for r < 4 */
-static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n, float* out,
+PYLLAMA_F32_MAYBE_UNUSED static void pyllama_dot4_f32(const float* w, Py_ssize_t stride, const float* x, Py_ssize_t n, float* out,
                              Py_ssize_t out_stride) {
     const Py_ssize_t n_main = n - n % 16;
 #if PYLLAMA_F32_AVX512
@@ -286,7 +293,7 @@ static inline __attribute__((always_inline)) void pyllama_tile_finish_f32(
 
 /* out[p * rows + r] = pyllama_dot_f32(w[r], x[p]) for rows r0 .. r1 - 1 (at most 4) and every
    position: per group of up to 66 positions, per chunk of columns, the tiles of three positions. */
-static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows,
+PYLLAMA_F32_MAYBE_UNUSED static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows,
                                     Py_ssize_t cols, Py_ssize_t r0, Py_ssize_t r1) {
     pyllama_f32_lanes lanes[4 * PYLLAMA_F32_GROUP * PYLLAMA_F32_LANES_PER_ELEMENT];
     const int R = (int)(r1 - r0);
@@ -313,7 +320,7 @@ static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, 
     }
 }
 #else
-static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows,
+PYLLAMA_F32_MAYBE_UNUSED static void pyllama_matmul_f32_rows(float* out, const float* w, const float* x, Py_ssize_t n_pos, Py_ssize_t rows,
                                     Py_ssize_t cols, Py_ssize_t r0, Py_ssize_t r1) {
     for (Py_ssize_t r = r0; r < r1; r++)
         for (Py_ssize_t p = 0; p < n_pos; p++) out[p * rows + r] = pyllama_dot_f32(w + r * cols, x + p * cols, cols);

@@ -1,5 +1,5 @@
 /* Float32 bit patterns and IEEE binary16 <-> binary32 conversions: the one copy every kernel uses
- * (quant.pyx's F16 rows, qblocks.h's block scales, ggml_math.h's exp).
+ * (f16.h's F16 rows, qblocks.h's block scales, ggml_math.h's exp).
  *
  * binary16 -> binary32 is exact; binary32 -> binary16 rounds to nearest-even. With F16C they are the
  * vcvtph2ps / vcvtps2ph instructions, on aarch64 the compiler's _Float16, elsewhere the branch-free bit

@@ -1,4 +1,4 @@
-/* The integer lanes of the K-quant row products (kquants.h, kquants.pyx): portable C, AVX2, and
+/* The integer lanes of the K-quant row products (kquants.h): portable C, AVX2, and
  * AVX-512 doing two 32-value runs per step. Every path gives the same int32 lanes; kquants.h fuses
  * them into the float order of llama.cpp.
  */
@@ -6,9 +6,6 @@
 #define PYLLAMA_KQUANTS_LANES_H
 
 #include "qblocks.h"
-
-/* the K-quant types, as kquants.pyx numbers them */
-enum { PK_Q2_K, PK_Q3_K, PK_Q4_K, PK_Q5_K, PK_Q6_K };
 
 /* ---- the 8 integer lanes of ggml's AVX2 K-quant dot products ----
    For each run c of 32 values, lane l gets scale16[2c + l / 4] * Σ_{k = 4l..4l+3} q[32c+k] x[32c+k]
@@ -68,7 +65,7 @@ static inline int32_t pyllama_hsum_i32x8(__m256i v) {
    lanes are the same int32 values (the row dot takes one position, kquants.h's tile four). */
 static inline __attribute__((always_inline)) void pyllama_klanes_q45k_avx2(
         int kind, const uint8_t* blk, const int8_t* const* xq, __m256i scales, int np, __m256i* out) {
-    const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
+    const uint8_t* qs = blk + (kind == PYLLAMA_Q4_K ? 16 : 48);
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     const __m256i qh = _mm256_loadu_si256((const __m256i*)(blk + 16));
     __m256i acc[4];
@@ -76,7 +73,7 @@ static inline __attribute__((always_inline)) void pyllama_klanes_q45k_avx2(
     for (int c = 0; c < 4; c++) {
         const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
         __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (kind == PK_Q5_K) { /* bit 2c of qh[l] is element 64c+l's fifth bit, bit 2c+1 that of 64c+32+l */
+        if (kind == PYLLAMA_Q5_K) { /* bit 2c of qh[l] is element 64c+l's fifth bit, bit 2c+1 that of 64c+32+l */
             lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
             hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
         }
@@ -126,7 +123,7 @@ static inline __attribute__((always_inline)) void pyllama_klanes_q6k_avx2(
    hmask[l] is clear. sc8: the 16 scales as int8. */
 static inline __attribute__((always_inline)) void pyllama_klanes_q23k_avx2(
         int kind, const uint8_t* blk, const int8_t* const* xq, __m128i sc8, int np, __m256i* out) {
-    const uint8_t* qs = blk + (kind == PK_Q2_K ? 16 : 32);
+    const uint8_t* qs = blk + (kind == PYLLAMA_Q2_K ? 16 : 32);
     const __m256i m2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     const __m256i hm = _mm256_loadu_si256((const __m256i*)blk);
     __m256i acc[4];
@@ -136,15 +133,15 @@ static inline __attribute__((always_inline)) void pyllama_klanes_q23k_avx2(
         for (int s = 0; s < 4; s++) {
             const int i = 4 * c + s;
             __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 2 * s), m2);
-            if (kind == PK_Q3_K) { /* signed q: |q| times x * sign(q), as pyllama_lanes_i8 */
+            if (kind == PYLLAMA_Q3_K) { /* signed q: |q| times x * sign(q), as pyllama_lanes_i8 */
                 const __m256i clear = _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(hm, i), one), one);
                 q = _mm256_sub_epi8(q, _mm256_slli_epi16(clear, 2));
             }
-            const __m256i aq = kind == PK_Q3_K ? _mm256_sign_epi8(q, q) : q;
-            const __m256i sc = pyllama_pair16(sc8, i, kind == PK_Q3_K);
+            const __m256i aq = kind == PYLLAMA_Q3_K ? _mm256_sign_epi8(q, q) : q;
+            const __m256i sc = pyllama_pair16(sc8, i, kind == PYLLAMA_Q3_K);
             for (int p = 0; p < np; p++) {
                 __m256i x = _mm256_loadu_si256((const __m256i*)(xq[p] + 32 * i));
-                if (kind == PK_Q3_K) x = _mm256_sign_epi8(x, q);
+                if (kind == PYLLAMA_Q3_K) x = _mm256_sign_epi8(x, q);
                 acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, x), sc));
             }
         }
@@ -189,7 +186,7 @@ static inline __m512i pyllama_srl2(__m256i v, int lo, int hi) {
 
 static inline __attribute__((always_inline)) void pyllama_klanes_q45k_avx512(
         int kind, const uint8_t* blk, const int8_t* const* xq, __m256i scales, int np, __m256i* out) {
-    const uint8_t* qs = blk + (kind == PK_Q4_K ? 16 : 48);
+    const uint8_t* qs = blk + (kind == PYLLAMA_Q4_K ? 16 : 48);
     const __m512i m4 = _mm512_set1_epi8(15), sixteen = _mm512_set1_epi8(16);
     const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)(blk + 16)));
     __m512i acc[4];
@@ -198,7 +195,7 @@ static inline __attribute__((always_inline)) void pyllama_klanes_q45k_avx512(
         /* elements 64c..64c+31 (low nibbles) and 64c+32..64c+63 (high): 32-value runs 2c and 2c + 1 */
         const __m256i v = _mm256_loadu_si256((const __m256i*)(qs + 32 * c));
         __m512i q = _mm512_and_si512(pyllama_split16(v, _mm256_srli_epi16(v, 4)), m4);
-        if (kind == PK_Q5_K) { /* fifth bits: bit 2c of qh[l] for the low run, 2c + 1 for the high */
+        if (kind == PYLLAMA_Q5_K) { /* fifth bits: bit 2c of qh[l] for the low run, 2c + 1 for the high */
             const __m512i bit = pyllama_split16(_mm256_set1_epi8((char)(1 << (2 * c))),
                                                 _mm256_set1_epi8((char)(1 << (2 * c + 1))));
             q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(qh, bit), q, sixteen);
@@ -242,7 +239,7 @@ static inline __attribute__((always_inline)) void pyllama_klanes_q6k_avx512(
 
 static inline __attribute__((always_inline)) void pyllama_klanes_q23k_avx512(
         int kind, const uint8_t* blk, const int8_t* const* xq, __m128i sc8, int np, __m256i* out) {
-    const uint8_t* qs = blk + (kind == PK_Q2_K ? 16 : 32);
+    const uint8_t* qs = blk + (kind == PYLLAMA_Q2_K ? 16 : 32);
     const __m512i m2 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     const __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i*)blk));
     __m512i acc[4];
@@ -253,16 +250,16 @@ static inline __attribute__((always_inline)) void pyllama_klanes_q23k_avx512(
             const int i = 4 * c + s; /* runs i (bits 2s of v) and i + 1 (bits 2s + 2) */
             __m512i q = _mm512_and_si512(pyllama_srl2(v, 2 * s, 2 * s + 2), m2);
             __mmask64 negative = 0;
-            if (kind == PK_Q3_K) { /* minus 4 where hmask bit i (low run) or i + 1 (high run) is clear */
+            if (kind == PYLLAMA_Q3_K) { /* minus 4 where hmask bit i (low run) or i + 1 (high run) is clear */
                 const __m512i bit = pyllama_split16(_mm256_set1_epi8((char)(1 << i)), _mm256_set1_epi8((char)(1 << (i + 1))));
                 q = _mm512_mask_sub_epi8(q, (__mmask64)~_mm512_test_epi8_mask(hm, bit), q, four);
                 negative = _mm512_movepi8_mask(q); /* x is negated where q < 0, then |q| is used */
                 q = _mm512_abs_epi8(q);
             }
-            const __m512i sc = pyllama_pair16_x2(sc8, i, kind == PK_Q3_K);
+            const __m512i sc = pyllama_pair16_x2(sc8, i, kind == PYLLAMA_Q3_K);
             for (int p = 0; p < np; p++) {
                 __m512i x = _mm512_loadu_si512((const void*)(xq[p] + 32 * i));
-                if (kind == PK_Q3_K) x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
+                if (kind == PYLLAMA_Q3_K) x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
                 acc[p] = pyllama_madd_acc(acc[p], _mm512_maddubs_epi16(q, x), sc);
             }
         }

@@ -1,6 +1,20 @@
-/* The Q8_0 row kernels of quant.pyx (its docstring states the order they follow): one row times
- * the Q8_0-quantised activation, and the block tiles of the block product, in AVX2 + FMA (VNNI when
- * present) beside the plain C that computes the same lanes in the same order.
+/* Q8_0 weights (GGUF type 8): ggml's block format, per 32 weights one fp16 scale d then 32 int8 qs;
+ * weight = d * qs. Multiplied as llama.cpp does it (ggml_vec_dot_q8_0_q8_0): the activation is
+ * quantised once per product to Q8_0 blocks (amax / 127 rounded to fp16, x * 127 / amax rounded to
+ * nearest-even: what ggml's x86 quantize_row_q8_0 does, which is what made the llama.cpp references),
+ * then each row is an integer dot product per block scaled by both block scales. Inside a block,
+ * products are summed exactly in 8 int32 lanes (lane l holds the 4 products 4l..4l+3: one vpdpbusd, or
+ * maddubs + madd), each lane is converted to float and fused-multiply-added with the block's
+ * d_w * d_x into one accumulator, block after block, then reduced as ggml's hsum_float_8 does: the order
+ * of ggml_vec_dot_q8_0_q8_0 on AVX2, bit for bit (llama.cpp does not repack Q8_0 on x86; its
+ * prompt-time sgemm has the same order).
+ *
+ * Here: the row kernel, the block tiles of the block product (2 x 4 by |w| and sign(w) x; 4 x 4 by
+ * x + 128 with VNNI), in AVX2 + FMA beside the plain C that computes the same lanes in the same order
+ * (written as Cython loops over float acc[16] with a conversion call, gcc left them scalar, and
+ * auto-vectorised int8 code came out as shuffles), the activation's quantisation, and the products and
+ * the dequantiser the Q8_0 row of qtypes.h names. A single-vector product's unit is a row; a block
+ * product's is a pair of rows (four with VNNI) read once for every position.
  */
 #ifndef PYLLAMA_Q8_0_H
 #define PYLLAMA_Q8_0_H
@@ -18,6 +32,7 @@
    stop at every page boundary; asking for the bytes one page ahead keeps the stream going
    (measured on stories110M Q8_0: 1.5-1.8x faster decode). Prefetches never fault and do not
    change any result. */
+#define PYLLAMA_Q8_0_BYTES 34 /* fp16 d, 32 int8 */
 #define PYLLAMA_PREFETCH_AHEAD 4096
 #if defined(__GNUC__)
 #define pyllama_prefetch(p) __builtin_prefetch((const void*)(p), 0, 3)
@@ -70,7 +85,7 @@ static inline float pyllama_dot_q8_0(const uint8_t* w, const int8_t* xq, const f
 #if defined(__AVX2__) && defined(__FMA__)
     __m256 vacc = _mm256_setzero_ps();
     for (ptrdiff_t b = 0; b < n_blocks; b++) {
-        const uint8_t* blk = w + 34 * b;
+        const uint8_t* blk = w + PYLLAMA_Q8_0_BYTES * b;
         if ((b & 1) == 0) {
             pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
             pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
@@ -82,7 +97,7 @@ static inline float pyllama_dot_q8_0(const uint8_t* w, const int8_t* xq, const f
 #else
     for (int l = 0; l < 8; l++) acc[l] = 0.0f;
     for (ptrdiff_t b = 0; b < n_blocks; b++) {
-        const uint8_t* blk = w + 34 * b;
+        const uint8_t* blk = w + PYLLAMA_Q8_0_BYTES * b;
         if ((b & 1) == 0) {
             pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD);
             pyllama_prefetch(blk + PYLLAMA_PREFETCH_AHEAD + 64);
@@ -119,7 +134,7 @@ static inline void pyllama_q8_0_tile_2x4(const uint8_t* w, ptrdiff_t row_bytes, 
     for (int r = 0; r < 2; r++)
         for (int p = 0; p < 4; p++) acc[r][p] = _mm256_setzero_ps();
     for (ptrdiff_t b = 0; b < n_blocks; b++) {
-        const uint8_t* blk0 = w + 34 * b;
+        const uint8_t* blk0 = w + PYLLAMA_Q8_0_BYTES * b;
         const uint8_t* blk1 = blk0 + row_bytes;
         if ((b & 1) == 0) {
             pyllama_prefetch(blk0 + PYLLAMA_PREFETCH_AHEAD);
@@ -183,9 +198,9 @@ static inline void pyllama_q8_0_unsign(int8_t* q, ptrdiff_t n) {
    array of 16 vectors in memory, loading and storing all of them every block; as variables they stay
    in 16 of the 32 registers. */
 #define PYLLAMA_Q8U_ROW(r)                                                                            \
-    memcpy(&h, row[r] + 34 * b, sizeof h);                                                            \
+    memcpy(&h, row[r] + PYLLAMA_Q8_0_BYTES * b, sizeof h);                                                            \
     _mm_store_ps(d + 4 * r, _mm_mul_ps(_mm_set1_ps(pyllama_half_to_float(h)), dx4));                 \
-    const __m256i w##r = _mm256_loadu_si256((const __m256i*)(row[r] + 34 * b + 2));                  \
+    const __m256i w##r = _mm256_loadu_si256((const __m256i*)(row[r] + PYLLAMA_Q8_0_BYTES * b + 2));                  \
     const __m256i s##r = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, k128, w##r));
 #define PYLLAMA_Q8U_STEP(r, p)                                                                        \
     a##r##p = _mm256_fmadd_ps(_mm256_set1_ps(d[4 * r + p]),                                           \
@@ -204,7 +219,7 @@ static void pyllama_q8_0_tile_u4(const uint8_t* const* row, const uint8_t* xu, c
     float d[16] __attribute__((aligned(64)));
     for (ptrdiff_t b = 0; b < n_blocks; b++) {
         if ((b & 1) == 0)
-            for (int r = 0; r < 4; r++) pyllama_prefetch(row[r] + 34 * b + PYLLAMA_PREFETCH_AHEAD);
+            for (int r = 0; r < 4; r++) pyllama_prefetch(row[r] + PYLLAMA_Q8_0_BYTES * b + PYLLAMA_PREFETCH_AHEAD);
         const __m128 dx4 = _mm_loadu_ps(xst + 4 * b);
         uint16_t h;
         PYLLAMA_Q8U_ROW(0) PYLLAMA_Q8U_ROW(1) PYLLAMA_Q8U_ROW(2) PYLLAMA_Q8U_ROW(3)
@@ -244,8 +259,103 @@ static inline void pyllama_q8_0_unsign(int8_t* q, ptrdiff_t n) { (void)q; (void)
 static void pyllama_q8_0_tile_u(const uint8_t* w, ptrdiff_t row_bytes, const int8_t* xu, const float* xst,
                                 ptrdiff_t cols, ptrdiff_t n_blocks, float* out, ptrdiff_t out_stride, int R) {
     (void)w; (void)row_bytes; (void)xu; (void)xst; (void)cols; (void)n_blocks; (void)out; (void)out_stride;
-    (void)R; /* never called: quant.pyx takes the 2 x 4 tile in builds without VNNI */
+    (void)R; /* never called: pyllama_mat_q8_0 takes the 2 x 4 tile in builds without VNNI */
 }
 #endif
+
+/* ---- the activation ---- */
+
+/* x[n] (n a multiple of 32) -> int8 q[n] and one scale per block (the fp16 scale as float32) */
+static inline void pyllama_quantize_q8_0(int8_t* q, float* scales, const float* x, ptrdiff_t n) {
+    for (ptrdiff_t b = 0; b < n / 32; b++) {
+        const float* xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int k = 0; k < 32; k++) {
+            /* written as a branch, not a ?: expression: gcc then keeps the maximum in a vector register
+               (a compare and a blend), where the ?: form went through integer registers at half the speed */
+            float larger;
+            if (amax >= fabsf(xb[k])) larger = amax;
+            else larger = fabsf(xb[k]);
+            amax = larger;
+        }
+        /* ggml stores d = amax / 127 as fp16; the dot product reads it back as float32 */
+        scales[b] = pyllama_half_to_float(pyllama_float_to_half(amax / 127.0f));
+        const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
+        /* |x * inv| <= 127 (up to rounding of inv), so the int8 conversion never overflows */
+        for (int k = 0; k < 32; k++) q[32 * b + k] = (int8_t)(int)rintf(xb[k] * inv);
+    }
+}
+
+/* position p of the Q8_0 activation of the 32-value types (PYLLAMA_ACT_Q8_0) */
+static void pyllama_act_q8_0(const pyllama_acts* a, ptrdiff_t p) {
+    pyllama_quantize_q8_0(a->q + p * a->cols, a->d + p * a->d_stride, a->x + p * a->cols, a->cols);
+}
+
+/* Position p of the activation of Q8_0's own products (PYLLAMA_ACT_Q8_0_TILE): quantised as above and,
+   in a whole tile of 4 positions, its scales also side by side with the tile's others after all the
+   positions' (the tiles read 4 per block) and, for the VNNI tile, its int8 values stored as x + 128
+   (only the tile reads a whole tile's positions). Positions are independent: any thread may take any. */
+static void pyllama_act_q8_0_tile(const pyllama_acts* a, ptrdiff_t p) {
+    const ptrdiff_t n_blocks = a->d_stride, n_pos = a->n_pos;
+    float* side_by_side = a->d + n_pos * n_blocks; /* room: the scratch holds cols * n_pos */
+    pyllama_act_q8_0(a, p);
+    if (p < n_pos - n_pos % 4) {
+        for (ptrdiff_t b = 0; b < n_blocks; b++)
+            side_by_side[(p - p % 4) * n_blocks + 4 * b + p % 4] = a->d[p * n_blocks + b];
+        if (PYLLAMA_Q8_0_UNSIGNED_TILE) pyllama_q8_0_unsign(a->q + p * a->cols, a->cols);
+    }
+}
+
+/* ---- the products of qtypes.h's Q8_0 row ---- */
+
+static ptrdiff_t pyllama_units_q8_0(const pyllama_matrix* m, ptrdiff_t n_pos) {
+    return n_pos == 1 ? m->rows : (m->rows + PYLLAMA_Q8_0_UNIT_ROWS - 1) / PYLLAMA_Q8_0_UNIT_ROWS;
+}
+
+/* rows u0 .. u1 - 1 at one position */
+static void pyllama_vec_q8_0(const pyllama_matrix* m, ptrdiff_t u0, ptrdiff_t u1, const pyllama_acts* a, float* out) {
+    const ptrdiff_t n_blocks = m->cols / 32, row_bytes = n_blocks * PYLLAMA_Q8_0_BYTES;
+    for (ptrdiff_t r = u0; r < u1; r++)
+        out[r] = pyllama_dot_q8_0((const uint8_t*)m->data + r * row_bytes, a->q, a->d, n_blocks);
+}
+
+/* Units u0 .. u1 - 1 (PYLLAMA_Q8_0_UNIT_ROWS rows each, fewer at the end) at every position: tiles over
+   the whole tiles of 4 positions, then the remaining positions one dot at a time; every element is
+   pyllama_dot_q8_0's computation. The VNNI tile takes any 1-4 rows (its positions were stored unsigned,
+   so it must); the 2 x 4 tile takes a pair, and a lone last row goes one dot at a time. */
+static void pyllama_mat_q8_0(const pyllama_matrix* m, ptrdiff_t u0, ptrdiff_t u1, const pyllama_acts* a, float* out) {
+    const ptrdiff_t rows = m->rows, cols = m->cols, n_pos = a->n_pos, n_blocks = cols / 32;
+    const ptrdiff_t row_bytes = n_blocks * PYLLAMA_Q8_0_BYTES;
+    const uint8_t* w = (const uint8_t*)m->data;
+    const float* side_by_side = a->d + n_pos * n_blocks; /* pyllama_act_q8_0_tile's */
+    for (ptrdiff_t u = u0; u < u1; u++) {
+        const ptrdiff_t i = PYLLAMA_Q8_0_UNIT_ROWS * u;
+        const ptrdiff_t n_rows = rows - i < PYLLAMA_Q8_0_UNIT_ROWS ? rows - i : PYLLAMA_Q8_0_UNIT_ROWS;
+        const uint8_t* wi = w + i * row_bytes;
+        ptrdiff_t p = 0;
+        if (PYLLAMA_Q8_0_UNSIGNED_TILE || n_rows == 2)
+            for (; p + 4 <= n_pos; p += 4) {
+                if (PYLLAMA_Q8_0_UNSIGNED_TILE)
+                    pyllama_q8_0_tile_u(wi, row_bytes, a->q + p * cols, side_by_side + p * n_blocks, cols, n_blocks,
+                                        out + p * rows + i, rows, (int)n_rows);
+                else
+                    pyllama_q8_0_tile_2x4(wi, row_bytes, a->q + p * cols, a->d + p * n_blocks,
+                                          side_by_side + p * n_blocks, cols, n_blocks, out + p * rows + i, rows);
+            }
+        for (; p < n_pos; p++)
+            for (ptrdiff_t r = i; r < i + n_rows; r++)
+                out[p * rows + r] = pyllama_dot_q8_0(w + r * row_bytes, a->q + p * cols, a->d + p * n_blocks, n_blocks);
+    }
+}
+
+static void pyllama_dequantize_q8_0(const pyllama_matrix* m, ptrdiff_t r, float* out) {
+    const ptrdiff_t n_blocks = m->cols / 32;
+    const uint8_t* blk = (const uint8_t*)m->data + r * n_blocks * PYLLAMA_Q8_0_BYTES;
+    for (ptrdiff_t b = 0; b < n_blocks; b++, blk += PYLLAMA_Q8_0_BYTES) {
+        const float d = pyllama_half_at(blk);
+        const int8_t* q = (const int8_t*)(blk + 2);
+        for (int k = 0; k < 32; k++) out[32 * b + k] = d * q[k];
+    }
+}
 
 #endif

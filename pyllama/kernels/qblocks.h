@@ -1,4 +1,4 @@
-/* ggml block formats multiplied on their own blocks: the shared C of qlegacy.pyx and kquants.pyx.
+/* ggml block formats multiplied on their own blocks: the shared C of qlegacy.h and kquants.h.
  *
  * Layouts are ggml's (ggml-common.h; gguf-py's quants.py reads the same bytes). A weight row is
  * multiplied with an activation vector that was quantised once per product to the type llama.cpp
@@ -21,6 +21,7 @@
 #include <immintrin.h>
 #endif
 #include "halfbits.h"
+#include "qtype.h" /* pyllama_qact: the quantised activation of one position */
 
 #if defined(__AVX2__) && defined(__FMA__)
 #define PYLLAMA_QBLOCKS_AVX2 1
@@ -88,7 +89,7 @@ static inline const char* pyllama_qblocks_path(void) {
 #else
 #define pyllama_qprefetch(p) ((void)0)
 #endif
-#define PYLLAMA_QPREFETCH_AHEAD 4096 /* one page ahead of the mapped weight stream (see quant.pyx) */
+#define PYLLAMA_QPREFETCH_AHEAD 4096 /* one page ahead of the mapped weight stream (see q8_0.h) */
 
 /* ---- binary16 / bfloat16 (halfbits.h) ---- */
 #define pyllama_qh2f pyllama_half_to_float
@@ -98,15 +99,6 @@ static inline float pyllama_half_at(const uint8_t* p) {
     memcpy(&h, p, 2);
     return pyllama_qh2f(h);
 }
-
-/* ---- the quantised activation of one position ---- */
-typedef struct {
-    const int8_t* q;      /* int8[cols] */
-    const float* d;       /* one scale per block (Q8_0/Q8_1: per 32, the fp16 value; Q8_K: per 256) */
-    const float* s;       /* Q8_1: fp16(d * sum(q)) per 32, as float32 */
-    const int16_t* bsums; /* Q8_K: the sum of each 16 q */
-    const float* x;       /* BF16: the float32 activation itself */
-} pyllama_qact;
 
 /* Q8_1 (ggml's x86 quantize_row_q8_1): d = amax / 127 stored as fp16, q = rint(x * 127 / amax),
    s = fp16(d * sum(q)) with the float32 d. */
@@ -158,6 +150,16 @@ static inline void pyllama_quantize_q8_k(int8_t* q, float* d, int16_t* bsums, co
         }
         d[b] = 1.0f / iscale;
     }
+}
+
+/* position p of the Q8_1 and Q8_K activations (qtypes.h's pyllama_acts) */
+static void pyllama_act_q8_1(const pyllama_acts* a, ptrdiff_t p) {
+    pyllama_quantize_q8_1(a->q + p * a->cols, a->d + p * a->d_stride, a->s + p * (a->cols / PYLLAMA_QK),
+                          a->x + p * a->cols, a->cols);
+}
+static void pyllama_act_q8_k(const pyllama_acts* a, ptrdiff_t p) {
+    pyllama_quantize_q8_k(a->q + p * a->cols, a->d + p * a->d_stride, a->bsums + p * (a->cols / 16),
+                          a->x + p * a->cols, a->cols);
 }
 
 /* ---- exact int8 dot products ---- */

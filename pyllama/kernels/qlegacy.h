@@ -1,21 +1,77 @@
-/* The products over ggml's 32-value block types and BF16 of qlegacy.pyx (the order they follow is
- * described there): the block layouts, the AVX-512 / AVX2 / portable lanes of one block or two, the row
- * dots in ggml's vec_dot order, BF16, and the dequantiser of one row. The eight-row order of the
- * matrices llama.cpp repacks is qlegacy_rows8.h.
+/* The products over ggml's 32-value block types and BF16, on their own blocks (never expanded to float32):
+ * the block layouts, the AVX-512 / AVX2 / portable lanes of one block or two, the row dots in ggml's
+ * vec_dot order, BF16, and the dequantiser of one row. The four-row tiles are qlegacy_rows4.h, the
+ * eight-row order of the matrices llama.cpp repacks qlegacy_rows8.h; qlegacy_products.h names them for
+ * the types' rows (qtypes.h).
+ *
+ * Block layouts (ggml-common.h), weight value per element:
+ *
+ * * ``Q4_0`` (18 bytes): fp16 d, 16 bytes of nibbles; w = d * (q - 8). Activation: Q8_0.
+ * * ``Q4_1`` (20 bytes): fp16 d, fp16 m, nibbles; w = d * q + m. Activation: Q8_1.
+ * * ``Q5_0`` (22 bytes): fp16 d, 32 high bits, nibbles; w = d * (q - 16). Activation: Q8_0.
+ * * ``Q5_1`` (24 bytes): fp16 d, fp16 m, 32 high bits, nibbles; w = d * q + m. Activation: Q8_1.
+ * * ``IQ4_NL`` (18 bytes): fp16 d, nibbles indexing a 16-entry int8 table; w = d * table[q]. Activation: Q8_0.
+ * * ``BF16``: bfloat16 rows, widened exactly to float32 as they are read. The activation stays float32
+ *   (llama.cpp rounds it to BF16 for its BF16 products; as for F16, pyllama keeps the more accurate
+ *   float32 and documents the difference). 32 float lanes (j mod 32) in a fixed reduction, then the
+ *   last cols mod 32 products in order.
+ *
+ * Low nibbles are the block's elements 0-15, high nibbles 16-31; high bit j of a 5-bit type is bit j
+ * of the little-endian uint32. Per block, the integer products are summed exactly; the float part
+ * follows, bit for bit, the kernel llama.cpp runs for the matrix on an AVX2 CPU (ggml-cpu's
+ * arch/x86/quants.c and repack.cpp; checked against libggml-cpu's own ``vec_dot`` and
+ * ``gemv_q4_0_8x8_q8_0`` on random rows, and by tests/test_ggml_order.py):
+ *
+ * * ``ggml_vec_dot_*`` (Q4_1, Q5_0, Q5_1; Q4_0 and IQ4_NL when the row count is not a multiple of 8):
+ *   8 int32 lanes per block (lane l: elements 4l..4l+3), each converted to float32 and fused-multiply-
+ *   added with ``d_w * d_x`` into ONE accumulator, block after block, then ``hsum_float_8``'s reduction
+ *   ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). For Q4_1/Q5_1 the offset term ``m_w * s_x`` (s = d_x * sum q_x,
+ *   from the Q8_1 activation) is a fused chain over the blocks in order, added last.
+ * * IQ4_NL's vec_dot takes blocks in pairs into two accumulators (even, odd), adds them lane-wise, reduces
+ *   as above, and adds an odd last block as total + (d_x * d_w) * isum (two roundings).
+ * * Q4_0 and IQ4_NL matrices whose row count is a multiple of 8 are repacked by llama.cpp into 8-row
+ *   groups and multiplied by ``gemv/gemm_q4_0_8x8_q8_0`` (decode and prompt alike, the same arithmetic
+ *   per element): per block the whole 32-product integer sum, then one float chain
+ *   acc = fma((float)isum, d_w * d_x, acc). pyllama computes those matrices eight rows at a time
+ *   (qrows.h's eight-row forms), lane j of one vector being row j's chain, without repacking the mapped
+ *   file: the activation block is loaded once for the eight rows and, for Q4_0, the nibbles are used
+ *   unsigned, (q - 8)·x = q·x - 8·Σx, which is the same integer.
+ *
+ * In a block of positions (prompts, teacher forcing) the vec_dot types take four positions at a time: one
+ * row (``tile4``), or four rows where the row count is a multiple of 4 (``rows4x4``, qlegacy_rows4.h), so that four rows share each activation load. Every element is still the row dot's.
+ *
+ * AVX2 (with FMA) and the portable C path compute the same integers and the same float operations (one
+ * rounding per fused multiply-add: ``_mm256_fmadd_ps`` or ``fmaf``), so the two builds give identical
+ * bits (checked: every type at several row counts and lengths, an AVX2 build against a portable one, bit
+ * for bit); the tests compare either against gguf-py and the emulation of ggml's order. With AVX-512 (F
+ * and BW; VNNI when the CPU has it) the integer part takes two blocks per 512-bit register (and two rows
+ * of an eight-row group); its lanes are the AVX2 lanes, converted and fused into the same 8-lane float
+ * chain block by block, so an AVX-512 build gives the AVX2 bits too. BF16 keeps its 32 float lanes in two
+ * zmm registers. ``PYLLAMA_EMULATE_AVX512`` builds that path on a CPU without AVX-512 (README, Build
+ * options), which is how a machine of either kind tests it.
  */
 #ifndef PYLLAMA_QLEGACY_H
 #define PYLLAMA_QLEGACY_H
 
 #include "qblocks.h"
 
-enum { PL_Q4_0, PL_Q4_1, PL_Q5_0, PL_Q5_1, PL_IQ4_NL };
+/* The block layouts (ggml-common.h): bytes per block of 32 values, where the nibbles and the high
+   bits start. A kernel's `kind` is its type's id (qtype.h). */
+#define PYLLAMA_Q4_0_BYTES 18   /* fp16 d, 16 bytes of nibbles */
+#define PYLLAMA_Q4_1_BYTES 20   /* fp16 d, fp16 m, nibbles */
+#define PYLLAMA_Q5_0_BYTES 22   /* fp16 d, 32 high bits, nibbles */
+#define PYLLAMA_Q5_1_BYTES 24   /* fp16 d, fp16 m, 32 high bits, nibbles */
+#define PYLLAMA_IQ4_NL_BYTES 18 /* fp16 d, nibbles indexing pyllama_iq4nl_values */
+static const int pyllama_legacy_bytes[PYLLAMA_N_QTYPES] = {
+    [PYLLAMA_Q4_0] = PYLLAMA_Q4_0_BYTES, [PYLLAMA_Q4_1] = PYLLAMA_Q4_1_BYTES, [PYLLAMA_Q5_0] = PYLLAMA_Q5_0_BYTES,
+    [PYLLAMA_Q5_1] = PYLLAMA_Q5_1_BYTES, [PYLLAMA_IQ4_NL] = PYLLAMA_IQ4_NL_BYTES};
+static const int pyllama_legacy_qs[PYLLAMA_N_QTYPES] = {
+    [PYLLAMA_Q4_0] = 2, [PYLLAMA_Q4_1] = 4, [PYLLAMA_Q5_0] = 6, [PYLLAMA_Q5_1] = 8, [PYLLAMA_IQ4_NL] = 2};
+static const int pyllama_legacy_qh[PYLLAMA_N_QTYPES] = {[PYLLAMA_Q5_0] = 2, [PYLLAMA_Q5_1] = 4};
 static const int8_t pyllama_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                 1, 13, 25, 38, 53, 69, 89, 113};
-static const int pyllama_legacy_bytes[5] = {18, 20, 22, 24, 18};
-static const int pyllama_legacy_qs[5] = {2, 4, 6, 8, 2};   /* where the nibbles start */
-static const int pyllama_legacy_qh[5] = {0, 0, 2, 4, 0};   /* where the high bits start */
-#define PL_HAS_MIN(kind) ((kind) == PL_Q4_1 || (kind) == PL_Q5_1)
-#define PL_HAS_HIGH(kind) ((kind) == PL_Q5_0 || (kind) == PL_Q5_1)
+#define PL_HAS_MIN(kind) ((kind) == PYLLAMA_Q4_1 || (kind) == PYLLAMA_Q5_1)
+#define PL_HAS_HIGH(kind) ((kind) == PYLLAMA_Q5_0 || (kind) == PYLLAMA_Q5_1)
 
 /* a block's 32 integer weights, in element order */
 static inline void pyllama_legacy_unpack(int kind, const uint8_t* blk, int8_t* w) {
@@ -25,9 +81,9 @@ static inline void pyllama_legacy_unpack(int kind, const uint8_t* blk, int8_t* w
     for (int j = 0; j < 16; j++) {
         int lo = qs[j] & 15, hi = qs[j] >> 4;
         if (PL_HAS_HIGH(kind)) { lo |= ((h >> j) & 1) << 4; hi |= ((h >> (j + 16)) & 1) << 4; }
-        if (kind == PL_Q4_0) { lo -= 8; hi -= 8; }
-        if (kind == PL_Q5_0) { lo -= 16; hi -= 16; }
-        if (kind == PL_IQ4_NL) { lo = pyllama_iq4nl_values[lo]; hi = pyllama_iq4nl_values[hi]; }
+        if (kind == PYLLAMA_Q4_0) { lo -= 8; hi -= 8; }
+        if (kind == PYLLAMA_Q5_0) { lo -= 16; hi -= 16; }
+        if (kind == PYLLAMA_IQ4_NL) { lo = pyllama_iq4nl_values[lo]; hi = pyllama_iq4nl_values[hi]; }
         w[j] = (int8_t)lo;
         w[j + 16] = (int8_t)hi;
     }
@@ -47,9 +103,9 @@ static inline __m256i pyllama_legacy_unpack_avx2(int kind, const uint8_t* blk) {
         const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
         w = _mm256_or_si256(w, _mm256_and_si256(set, _mm256_set1_epi8(16)));
     }
-    if (kind == PL_Q4_0) w = _mm256_sub_epi8(w, _mm256_set1_epi8(8));
-    if (kind == PL_Q5_0) w = _mm256_sub_epi8(w, _mm256_set1_epi8(16));
-    if (kind == PL_IQ4_NL)
+    if (kind == PYLLAMA_Q4_0) w = _mm256_sub_epi8(w, _mm256_set1_epi8(8));
+    if (kind == PYLLAMA_Q5_0) w = _mm256_sub_epi8(w, _mm256_set1_epi8(16));
+    if (kind == PYLLAMA_IQ4_NL)
         w = _mm256_shuffle_epi8(
             _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)pyllama_iq4nl_values)), w);
     return w;
@@ -111,9 +167,9 @@ static inline __m512i pyllama_legacy_unpack2_avx512(int kind, const uint8_t* blk
         const __mmask64 set = _mm512_test_epi8_mask(spread, _mm512_set1_epi64((long long)0x8040201008040201ULL));
         w = _mm512_mask_add_epi8(w, set, w, _mm512_set1_epi8(16));
     }
-    if (kind == PL_Q4_0) w = _mm512_sub_epi8(w, _mm512_set1_epi8(8));
-    if (kind == PL_Q5_0) w = _mm512_sub_epi8(w, _mm512_set1_epi8(16));
-    if (kind == PL_IQ4_NL)
+    if (kind == PYLLAMA_Q4_0) w = _mm512_sub_epi8(w, _mm512_set1_epi8(8));
+    if (kind == PYLLAMA_Q5_0) w = _mm512_sub_epi8(w, _mm512_set1_epi8(16));
+    if (kind == PYLLAMA_IQ4_NL)
         w = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i*)pyllama_iq4nl_values)), w);
     return w;
 }
@@ -252,7 +308,7 @@ static inline void pyllama_tile4_legacy(int kind, const uint8_t* w, const pyllam
    lane-wise and reduced as hsum_float_8 does; an odd last block is added after that as
    total + (d_x * d_w) * (float)isum, two roundings. */
 static inline float pyllama_dot_iq4_nl_pairs(const uint8_t* w, const pyllama_qact* a, ptrdiff_t cols) {
-    const ptrdiff_t nb = cols / PYLLAMA_QK, bytes = pyllama_legacy_bytes[PL_IQ4_NL];
+    const ptrdiff_t nb = cols / PYLLAMA_QK, bytes = pyllama_legacy_bytes[PYLLAMA_IQ4_NL];
     float a0[8], a1[8], mins = 0.0f;
     ptrdiff_t b = 0;
 #if PYLLAMA_QBLOCKS_AVX512
@@ -260,9 +316,9 @@ static inline float pyllama_dot_iq4_nl_pairs(const uint8_t* w, const pyllama_qac
     for (; b + 1 < nb; b += 2) {
         const uint8_t* blk = w + bytes * b;
         pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
-        const __m512i lanes = pyllama_legacy_pair_lanes(PL_IQ4_NL, blk, blk + bytes, a, b);
-        acc0 = pyllama_legacy_scale_avx512(PL_IQ4_NL, blk, a, b, _mm512_castsi512_si256(lanes), acc0, &mins);
-        acc1 = pyllama_legacy_scale_avx512(PL_IQ4_NL, blk + bytes, a, b + 1, _mm512_extracti64x4_epi64(lanes, 1),
+        const __m512i lanes = pyllama_legacy_pair_lanes(PYLLAMA_IQ4_NL, blk, blk + bytes, a, b);
+        acc0 = pyllama_legacy_scale_avx512(PYLLAMA_IQ4_NL, blk, a, b, _mm512_castsi512_si256(lanes), acc0, &mins);
+        acc1 = pyllama_legacy_scale_avx512(PYLLAMA_IQ4_NL, blk + bytes, a, b + 1, _mm512_extracti64x4_epi64(lanes, 1),
                                            acc1, &mins);
     }
     _mm256_storeu_ps(a0, acc0);
@@ -272,8 +328,8 @@ static inline float pyllama_dot_iq4_nl_pairs(const uint8_t* w, const pyllama_qac
     for (; b + 1 < nb; b += 2) {
         const uint8_t* blk = w + bytes * b;
         pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
-        acc0 = pyllama_legacy_block_avx2(PL_IQ4_NL, blk, a, b, acc0, &mins);
-        acc1 = pyllama_legacy_block_avx2(PL_IQ4_NL, blk + bytes, a, b + 1, acc1, &mins);
+        acc0 = pyllama_legacy_block_avx2(PYLLAMA_IQ4_NL, blk, a, b, acc0, &mins);
+        acc1 = pyllama_legacy_block_avx2(PYLLAMA_IQ4_NL, blk + bytes, a, b + 1, acc1, &mins);
     }
     _mm256_storeu_ps(a0, acc0);
     _mm256_storeu_ps(a1, acc1);
@@ -282,7 +338,7 @@ static inline float pyllama_dot_iq4_nl_pairs(const uint8_t* w, const pyllama_qac
     for (; b < nb - (nb & 1); b++) {
         const uint8_t* blk = w + bytes * b;
         if ((b & 1) == 0) pyllama_qprefetch(blk + PYLLAMA_QPREFETCH_AHEAD);
-        pyllama_legacy_block_c(PL_IQ4_NL, blk, a, b, (b & 1) ? a1 : a0, &mins);
+        pyllama_legacy_block_c(PYLLAMA_IQ4_NL, blk, a, b, (b & 1) ? a1 : a0, &mins);
     }
 #endif
     for (int l = 0; l < 8; l++) a0[l] = a0[l] + a1[l];
@@ -291,7 +347,7 @@ static inline float pyllama_dot_iq4_nl_pairs(const uint8_t* w, const pyllama_qac
         const uint8_t* blk = w + bytes * b;
         int8_t wq[32];
         int32_t lo, hi;
-        pyllama_legacy_unpack(PL_IQ4_NL, blk, wq);
+        pyllama_legacy_unpack(PYLLAMA_IQ4_NL, blk, wq);
         pyllama_dot32_halves(wq, a->q + PYLLAMA_QK * b, &lo, &hi);
         /* ggml rounds this product before the add: volatile keeps the compiler from fusing them */
         volatile float tail = (a->d[b] * pyllama_half_at(blk)) * (float)(lo + hi);
@@ -301,29 +357,29 @@ static inline float pyllama_dot_iq4_nl_pairs(const uint8_t* w, const pyllama_qac
 }
 
 static float pyllama_dot_q4_0(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
-    return pyllama_dot_legacy(PL_Q4_0, w, a, n);
+    return pyllama_dot_legacy(PYLLAMA_Q4_0, w, a, n);
 }
 static float pyllama_dot_q4_1(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
-    return pyllama_dot_legacy(PL_Q4_1, w, a, n);
+    return pyllama_dot_legacy(PYLLAMA_Q4_1, w, a, n);
 }
 static float pyllama_dot_q5_0(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
-    return pyllama_dot_legacy(PL_Q5_0, w, a, n);
+    return pyllama_dot_legacy(PYLLAMA_Q5_0, w, a, n);
 }
 static float pyllama_dot_q5_1(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
-    return pyllama_dot_legacy(PL_Q5_1, w, a, n);
+    return pyllama_dot_legacy(PYLLAMA_Q5_1, w, a, n);
 }
 static float pyllama_dot_iq4_nl(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
     return pyllama_dot_iq4_nl_pairs(w, a, n);
 }
 
 static void pyllama_tile4_q4_1(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n, float* out, ptrdiff_t stride) {
-    pyllama_tile4_legacy(PL_Q4_1, w, a, n, out, stride);
+    pyllama_tile4_legacy(PYLLAMA_Q4_1, w, a, n, out, stride);
 }
 static void pyllama_tile4_q5_0(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n, float* out, ptrdiff_t stride) {
-    pyllama_tile4_legacy(PL_Q5_0, w, a, n, out, stride);
+    pyllama_tile4_legacy(PYLLAMA_Q5_0, w, a, n, out, stride);
 }
 static void pyllama_tile4_q5_1(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n, float* out, ptrdiff_t stride) {
-    pyllama_tile4_legacy(PL_Q5_1, w, a, n, out, stride);
+    pyllama_tile4_legacy(PYLLAMA_Q5_1, w, a, n, out, stride);
 }
 
 /* BF16 row times the float32 activation: 32 lanes (j mod 32), then the tail in order */

@@ -136,15 +136,15 @@ static inline void pyllama_rows4x4_legacy(int kind, const uint8_t* w, ptrdiff_t 
 
 static void pyllama_rows4x4_q4_1(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a, ptrdiff_t n,
                                  float* out, ptrdiff_t out_stride) {
-    pyllama_rows4x4_legacy(PL_Q4_1, w, row_bytes, a, n, out, out_stride);
+    pyllama_rows4x4_legacy(PYLLAMA_Q4_1, w, row_bytes, a, n, out, out_stride);
 }
 static void pyllama_rows4x4_q5_0(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a, ptrdiff_t n,
                                  float* out, ptrdiff_t out_stride) {
-    pyllama_rows4x4_legacy(PL_Q5_0, w, row_bytes, a, n, out, out_stride);
+    pyllama_rows4x4_legacy(PYLLAMA_Q5_0, w, row_bytes, a, n, out, out_stride);
 }
 static void pyllama_rows4x4_q5_1(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a, ptrdiff_t n,
                                  float* out, ptrdiff_t out_stride) {
-    pyllama_rows4x4_legacy(PL_Q5_1, w, row_bytes, a, n, out, out_stride);
+    pyllama_rows4x4_legacy(PYLLAMA_Q5_1, w, row_bytes, a, n, out, out_stride);
 }
 
 #endif /* PYLLAMA_QLEGACY_ROWS4_H */

@@ -1,10 +1,19 @@
-/* The eight-row products of qlegacy.pyx: Q4_0 and IQ4_NL matrices whose row count is a multiple of 8,
- * in the order of llama.cpp's repacked gemv/gemm_q4_0_8x8_q8_0 (described in qlegacy.pyx).
+/* The eight-row products of qlegacy.h's types: Q4_0 and IQ4_NL matrices whose row count is a multiple of 8,
+ * in the order of llama.cpp's repacked gemv/gemm_q4_0_8x8_q8_0 (described in qlegacy.h).
  */
 #ifndef PYLLAMA_QLEGACY_ROWS8_H
 #define PYLLAMA_QLEGACY_ROWS8_H
 
 #include "qlegacy.h"
+
+/* The eight-row tile of a block stays a function of its own: inlined into the product's loop over units,
+   it ran 4.5% slower (gcc's register allocation of the loop around it; measured on the 42M shape's
+   Q4_0 matrices at 512 positions) */
+#if defined(__GNUC__)
+#define PYLLAMA_NOINLINE __attribute__((noinline))
+#else
+#define PYLLAMA_NOINLINE
+#endif
 
 /* ggml's order for the weights it repacks into 8-row groups on AVX2 (Q4_0 and IQ4_NL when the row
    count is a multiple of 8: gemv/gemm_q4_0_8x8_q8_0): per block the whole 32-product integer sum
@@ -62,14 +71,14 @@ static inline __attribute__((always_inline)) void pyllama_rows8_legacy_chain(
         __m512i q[4];
         for (int k = 0; k < 4; k++) {
             const uint8_t* blk = d0 + 2 * k * row_bytes;
-            q[k] = kind == PL_Q4_0 ? pyllama_nibbles2_avx512(blk + 2, blk + row_bytes + 2)
+            q[k] = kind == PYLLAMA_Q4_0 ? pyllama_nibbles2_avx512(blk + 2, blk + row_bytes + 2)
                                    : pyllama_legacy_unpack2_avx512(kind, blk, blk + row_bytes);
         }
 #else
         __m256i q[8];
         for (int j = 0; j < 8; j++) {
             const uint8_t* blk = d0 + j * row_bytes;
-            if (kind == PL_Q4_0) {
+            if (kind == PYLLAMA_Q4_0) {
                 /* (q - 8) x = q x - 8 x: unsigned nibbles need no sign trick; 8 * sum(x) comes off below.
                    The 16 bytes in both halves, the high half shifted by 4: low nibbles, then high. */
                 const __m256i packed = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(blk + 2)));
@@ -91,7 +100,7 @@ static inline __attribute__((always_inline)) void pyllama_rows8_legacy_chain(
             const __m512i xx = _mm512_broadcast_i64x4(xq);
             __m512i l[4];
             for (int k = 0; k < 4; k++)
-                l[k] = kind == PL_Q4_0 ? pyllama_lanes_u8_x2(q[k], xx) : pyllama_lanes_i8_x2(q[k], xx);
+                l[k] = kind == PYLLAMA_Q4_0 ? pyllama_lanes_u8_x2(q[k], xx) : pyllama_lanes_i8_x2(q[k], xx);
             /* 128-bit lane j of r0123: row j's four partial sums; of r4567: row 4 + j's */
             const __m512i r0123 = _mm512_add_epi32(_mm512_shuffle_i32x4(l[0], l[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                                    _mm512_shuffle_i32x4(l[0], l[1], _MM_SHUFFLE(3, 1, 3, 1)));
@@ -104,14 +113,14 @@ static inline __attribute__((always_inline)) void pyllama_rows8_legacy_chain(
 #else
             __m256i l[8];
             for (int j = 0; j < 8; j++)
-                l[j] = kind == PL_Q4_0 ? _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], xq), ones16)
+                l[j] = kind == PYLLAMA_Q4_0 ? _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], xq), ones16)
                                        : pyllama_lanes_i8(q[j], xq);
             const __m256i s0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(l[0], l[1]), _mm256_hadd_epi32(l[2], l[3]));
             const __m256i s4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(l[4], l[5]), _mm256_hadd_epi32(l[6], l[7]));
             __m256i isum = _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20),
                                             _mm256_permute2x128_si256(s0123, s4567, 0x31));
 #endif
-            if (kind == PL_Q4_0) {
+            if (kind == PYLLAMA_Q4_0) {
                 const __m256i lx = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xq), ones16);
                 const __m128i x4 = _mm_add_epi32(_mm256_castsi256_si128(lx), _mm256_extracti128_si256(lx, 1));
                 isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(8 * pyllama_hsum_i32x4(x4)));
@@ -137,22 +146,22 @@ static void pyllama_dot8x4_legacy_chain(int kind, const uint8_t* w, ptrdiff_t ro
     pyllama_rows8_legacy_chain(kind, w, row_bytes, a, cols, out, out_stride, 4);
 }
 
-static void pyllama_dot8x4_q4_0_chain(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a, ptrdiff_t n,
+PYLLAMA_NOINLINE static void pyllama_dot8x4_q4_0_chain(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a, ptrdiff_t n,
                                       float* out, ptrdiff_t out_stride) {
-    pyllama_dot8x4_legacy_chain(PL_Q4_0, w, row_bytes, a, n, out, out_stride);
+    pyllama_dot8x4_legacy_chain(PYLLAMA_Q4_0, w, row_bytes, a, n, out, out_stride);
 }
-static void pyllama_dot8x4_iq4_nl_chain(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a, ptrdiff_t n,
+PYLLAMA_NOINLINE static void pyllama_dot8x4_iq4_nl_chain(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a, ptrdiff_t n,
                                         float* out, ptrdiff_t out_stride) {
-    pyllama_dot8x4_legacy_chain(PL_IQ4_NL, w, row_bytes, a, n, out, out_stride);
+    pyllama_dot8x4_legacy_chain(PYLLAMA_IQ4_NL, w, row_bytes, a, n, out, out_stride);
 }
 
 static void pyllama_dot8_q4_0_chain(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a, ptrdiff_t n,
                                     float* out) {
-    pyllama_dot8_legacy_chain(PL_Q4_0, w, row_bytes, a, n, out);
+    pyllama_dot8_legacy_chain(PYLLAMA_Q4_0, w, row_bytes, a, n, out);
 }
 static void pyllama_dot8_iq4_nl_chain(const uint8_t* w, ptrdiff_t row_bytes, const pyllama_qact* a,
                                       ptrdiff_t n, float* out) {
-    pyllama_dot8_legacy_chain(PL_IQ4_NL, w, row_bytes, a, n, out);
+    pyllama_dot8_legacy_chain(PYLLAMA_IQ4_NL, w, row_bytes, a, n, out);
 }
 
 #endif

@@ -1,19 +1,49 @@
-"""The stored weight types pyllama multiplies: one row per type, which the GGUF loader checks tensors with.
+"""The weight types pyllama multiplies, as Python sees them: the rows of the C table in ``qtypes.h``.
 
-A row says how ggml names the type (its GGUF type id), how many values a block holds, how many bytes a
-block takes, and what the activation is quantised to before the row products: the type llama.cpp pairs
-with it (its ``vec_dot_type``), except F16 and BF16, whose activation pyllama keeps in float32 (llama.cpp
-rounds it to F16 or BF16). Adding a type is adding a row here, an enum value (``QType`` and
-``matvec.pxd``) and its kernel.
+Each type is written once, as a row of that table (ggml's name and GGUF id, values and bytes per block,
+what the activation is quantised to, the kernels); ``pyllama.kernels.qproduct`` compiles it and
+``type_rows`` reads it out. Everything here is made from those rows: ``QType`` (a type's name and id,
+which ``Tensor.qtype`` holds and the kernels index the table with) and ``STORED_TYPES`` (the types a GGUF
+file may store, which the loader checks tensors against). The activation is the type llama.cpp pairs
+with the weight type (its ``vec_dot_type``), except for F16 and BF16, whose activation pyllama keeps in
+float32 (llama.cpp rounds it to F16 or BF16). Adding a type is adding its row and its kernel file
+(``qtypes.h`` says how).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import EnumMeta, IntEnum
+from typing import TYPE_CHECKING, NamedTuple
 
 from gguf import GGMLQuantizationType as G
 
-from pyllama.checkpoint.weights import QType
+from pyllama.kernels.qproduct import type_rows
+
+
+class TypeRow(NamedTuple):
+    id: int
+    name: str | None
+    ggml: int  # GGUF type id; -1 for a type GGUF does not have
+    block: int  # values per block
+    block_bytes: int  # bytes per block
+    activation: str | None  # what x is quantised to before the products
+    work_div: int  # weights per float32 multiply-add of work, for the thread decisions
+
+
+TYPE_ROWS = tuple(TypeRow(*row) for row in type_rows())
+
+if TYPE_CHECKING:
+
+    class _QTypeMeta(EnumMeta):
+        def __getattr__(cls, name: str) -> QType: ...
+
+    class QType(IntEnum, metaclass=_QTypeMeta):
+        """How a matrix is stored: one member per row of the table, named as ggml names the type."""
+
+else:
+    QType = IntEnum("QType", [(row.name, row.id) for row in TYPE_ROWS if row.name], module=__name__)
+    QType.__doc__ = "How a matrix is stored: one member per row of the table, named as ggml names the type."
 
 
 @dataclass(frozen=True)
@@ -25,21 +55,10 @@ class StoredType:
     activation: str  # what x is quantised to before the products
 
 
-STORED_TYPES = (
-    StoredType(QType.F32, G.F32, 1, 4, "F32"),
-    StoredType(QType.F16, G.F16, 1, 2, "F32"),
-    StoredType(QType.BF16, G.BF16, 1, 2, "F32"),
-    StoredType(QType.Q8_0, G.Q8_0, 32, 34, "Q8_0"),
-    StoredType(QType.Q4_0, G.Q4_0, 32, 18, "Q8_0"),
-    StoredType(QType.Q4_1, G.Q4_1, 32, 20, "Q8_1"),
-    StoredType(QType.Q5_0, G.Q5_0, 32, 22, "Q8_0"),
-    StoredType(QType.Q5_1, G.Q5_1, 32, 24, "Q8_1"),
-    StoredType(QType.IQ4_NL, G.IQ4_NL, 32, 18, "Q8_0"),
-    StoredType(QType.Q2_K, G.Q2_K, 256, 84, "Q8_K"),
-    StoredType(QType.Q3_K, G.Q3_K, 256, 110, "Q8_K"),
-    StoredType(QType.Q4_K, G.Q4_K, 256, 144, "Q8_K"),
-    StoredType(QType.Q5_K, G.Q5_K, 256, 176, "Q8_K"),
-    StoredType(QType.Q6_K, G.Q6_K, 256, 210, "Q8_K"),
+STORED_TYPES = tuple(
+    StoredType(QType(row.id), G(row.ggml), row.block, row.block_bytes, row.activation or "")
+    for row in TYPE_ROWS
+    if row.name and row.ggml >= 0
 )
 BY_GGML = {t.ggml: t for t in STORED_TYPES}
 BY_QTYPE = {t.qtype: t for t in STORED_TYPES}
