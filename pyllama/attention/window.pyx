@@ -48,7 +48,8 @@ cdef class WindowAttention(GatherAttention):
         """What ``init_window`` allocates for these arguments (Python integers: no overflow)."""
         S, W, L, kv = int(self.sinks), int(self.window), config.n_layers, config.kv_dim
         shift = n_shifted * kv * 4 + 2 * max(config.n_rot // 2, 1) * 4 if n_shifted > 0 else 0
-        return gather_bytes(config, rows, counters) + 2 * L * (max(S, 1) + W) * kv * 4 + shift
+        windows = L * 8  # model_window: each layer's own window, int64
+        return gather_bytes(config, rows, counters) + 2 * L * (max(S, 1) + W) * kv * 4 + shift + windows
 
     def held_exact(self):
         """Per layer, the positions the sinks and the window hold now within the model's window (int64)."""
