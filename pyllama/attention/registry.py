@@ -64,6 +64,10 @@ BUILTINS: dict[str, str] = {
     "kmeans": "pyllama.plugins.kmeans:KMeans",
     "tiered": "pyllama.plugins.tiered:Tiered",
     "lattice": "pyllama.plugins.lattice:Lattice",
+    "h2o": "pyllama.plugins.h2o:H2O",
+    "tova": "pyllama.plugins.tova:TOVA",
+    "scissorhands": "pyllama.plugins.scissorhands:Scissorhands",
+    "knorm": "pyllama.plugins.knorm:KNorm",
 }
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
