@@ -118,20 +118,20 @@ cdef class EventAttention(RowStore):
             n = self.rows_held(layer, g)[0]
             rows += n
             kept += kept_of(n, self.ratio, self.capacity) if self.alpha >= 0 else self.event_target(layer, n)
-        self.events[layer] += 1
-        if kept >= rows:  # nothing would go (ratio 0, or fewer rows than the capacity): nothing to score
-            return 0
-        self.prepare(layer, pos)
-        for g in prange(self.n_kv_heads, schedule="dynamic", num_threads=threads_for(self.n_threads, rows * 4096)):
-            self.event_scores(layer, pos, g, self.rows_held(layer, g)[0], self.score + g * P)
-        if self.alpha >= 0:
-            self.select_across(layer, pos)
-            return 0
-        for g in prange(self.n_kv_heads, schedule="static", num_threads=threads_for(self.n_threads, rows * 64)):
-            n = self.rows_held(layer, g)[0]
-            if mark_lowest(self.score + g * P, self.held + self.row_of(layer, g), n, pos, self.sinks, self.window,
-                           self.event_target(layer, n), self.ranked + g * P, self.evict + g * P):
-                self.remove_marked(layer, g, self.evict + g * P)
+        if kept < rows:  # else nothing would go (ratio 0, fewer rows than the capacity): nothing to score
+            self.prepare(layer, pos)
+            for g in prange(self.n_kv_heads, schedule="dynamic",
+                            num_threads=threads_for(self.n_threads, rows * 4096)):
+                self.event_scores(layer, pos, g, self.rows_held(layer, g)[0], self.score + g * P)
+            if self.alpha >= 0:
+                self.select_across(layer, pos)
+            else:
+                for g in prange(self.n_kv_heads, schedule="static", num_threads=threads_for(self.n_threads, rows * 64)):
+                    n = self.rows_held(layer, g)[0]
+                    if mark_lowest(self.score + g * P, self.held + self.row_of(layer, g), n, pos, self.sinks,
+                                   self.window, self.event_target(layer, n), self.ranked + g * P, self.evict + g * P):
+                        self.remove_marked(layer, g, self.evict + g * P)
+        self.events[layer] += 1  # the scorers read the index of this compression (random's draws)
         return 0
 
     cdef void select_across(self, int layer, long long pos) noexcept nogil:

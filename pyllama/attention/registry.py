@@ -67,7 +67,13 @@ BUILTINS: dict[str, str] = {
     "h2o": "pyllama.plugins.h2o:H2O",
     "tova": "pyllama.plugins.tova:TOVA",
     "scissorhands": "pyllama.plugins.scissorhands:Scissorhands",
+    "snapkv": "pyllama.plugins.snapkv:SnapKV",
+    "pyramidkv": "pyllama.plugins.pyramidkv:PyramidKV",
+    "adakv": "pyllama.plugins.adakv:AdaKV",
     "knorm": "pyllama.plugins.knorm:KNorm",
+    "keydiff": "pyllama.plugins.keydiff:KeyDiff",
+    "expected": "pyllama.plugins.expected:Expected",
+    "random": "pyllama.plugins.random:RandomEviction",
 }
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
