@@ -13,6 +13,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from kv_methods_reference import (
+    Knobs,
+    Rope,
+    adakv,
+    expected,
+    expected_scorer,
+    h2o,
+    keydiff,
+    keydiff_scorer,
+    knorm,
+    knorm_scorer,
+    pyramidkv,
+    random_eviction,
+    random_scorer,
+    scissorhands,
+    snapkv,
+    snapkv_scorer,
+    tova,
+)
 
 from pyllama.attention.base import Attention
 from pyllama.attention.head import attend_one_head
@@ -60,15 +79,16 @@ def drive(
     event: int | None = None,
     block: int = 0,
     record: bool = True,
+    first: int = 0,
 ) -> Run:
-    """Feed positions 0 .. T - 1 (q, q_pre [T, L, q_dim]; k, v [T, L, kv_dim]) to an attached plugin:
+    """Feed positions first .. T - 1 (q, q_pre [T, L, q_dim]; k, v [T, L, kv_dim]) to an attached plugin:
     one at a time (block 0) or in blocks of ``block`` positions ending at the event; compress(event)
-    after position ``event``. Records what each layer holds after each position."""
+    after position ``event``. Records what each layer holds after each position (one at a time)."""
     _, rows, pre_rope = _BUFFERS[id(plugin)]
     bq, bk, bv, bo = rows
     T, L = q.shape[:2]
     run = Run(out=np.zeros(q.shape, dtype=np.float32))
-    start = 0
+    start = first
     while start < T:
         end = start + 1 if block == 0 else min(start + block, T)
         if event is not None and start <= event < end:
@@ -189,3 +209,50 @@ class Recording(Attention):
 
     def memory_bytes(self):
         return self.inner.memory_bytes()
+
+
+def reference_trace(method: str, knobs: Knobs, extra: dict, config, event: int | None, q, k, v, q_pre, layer: int):
+    """The reference Trace of ``method`` for one layer (q, q_pre [T, n_heads, hd], k, v [T, n_kv, hd]).
+    ``extra``: the method's own arguments (adakv: ``scorer`` and its arguments under the scorer's name)."""
+    extra = dict(extra)
+    rope = Rope(config.rope_theta, config.n_rot, config.rope_style)
+    if method == "adakv":
+        name, alpha = extra.pop("scorer"), extra.pop("alpha", 0.2)
+        scorer = {
+            "snapkv": lambda: snapkv_scorer(q, k, int(knobs.window), **extra.get("snapkv", {})),
+            "knorm": lambda: knorm_scorer(k),
+            "keydiff": lambda: keydiff_scorer(k),
+            "expected": lambda: expected_scorer(q_pre, k, v, rope, knobs.sinks, **extra.get("expected", {})),
+            "random": lambda: random_scorer(extra.get("seed", 0), layer),
+        }[name]()
+        return adakv(q, k, v, knobs, event, scorer, alpha=alpha)
+    table = {
+        "h2o": lambda: h2o(q, k, v, knobs),
+        "tova": lambda: tova(q, k, v, knobs),
+        "scissorhands": lambda: scissorhands(q, k, v, knobs, **extra),
+        "snapkv": lambda: snapkv(q, k, v, knobs, event, **extra),
+        "pyramidkv": lambda: pyramidkv(q, k, v, knobs, event, layer=layer, n_layers=config.n_layers, **extra),
+        "knorm": lambda: knorm(q, k, v, knobs, event),
+        "keydiff": lambda: keydiff(q, k, v, knobs, event),
+        "expected": lambda: expected(q, q_pre, k, v, knobs, event, rope, **extra),
+        "random": lambda: random_eviction(q, k, v, knobs, event, layer=layer, **extra),
+    }
+    return table[method]()
+
+
+def check_layers(held, out, q, k, v, q_pre, config, case, event, arithmetic: str, every_out: int = 1) -> Agreement:
+    """Every layer of a run (held[t][layer], out [T, L, q_dim] from inputs q, k, v, q_pre [T, L, dim])
+    against the reference of ``case`` = (method, knobs, extra): held sets (compare_held) and, at every
+    ``every_out``-th step up to the first that parts, the output is the shared routine's bits over the
+    rows the reference attends."""
+    method, knobs, extra = case
+    agreement = Agreement()
+    H, G, T = config.n_heads, config.n_kv_heads, q.shape[0]
+    for layer in range(config.n_layers):
+        ql, kl, vl, pl = per_head(q, layer, H), per_head(k, layer, G), per_head(v, layer, G), per_head(q_pre, layer, H)
+        trace = reference_trace(method, knobs, extra, config, event, ql, kl, vl, pl, layer)
+        equal = compare_held(held, trace, layer, agreement)
+        for t in [*range(0, min(equal + 1, T), every_out), min(equal, T - 1)]:
+            want = shared_routine_out(ql[t], kl, vl, trace.attended[t], config.kv_mul, arithmetic)
+            np.testing.assert_array_equal(out[t, layer].reshape(H, -1), want, err_msg=f"{method} layer {layer} t {t}")
+    return agreement

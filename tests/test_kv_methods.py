@@ -11,29 +11,13 @@ import dataclasses
 
 import numpy as np
 import pytest
-from kv_methods_drive import Agreement, attach, compare_held, drive, per_head, shared_routine_out
-from kv_methods_reference import (
-    Knobs,
-    Rope,
-    adakv,
-    expected,
-    expected_scorer,
-    h2o,
-    keydiff,
-    keydiff_scorer,
-    knorm,
-    knorm_scorer,
-    pyramidkv,
-    random_eviction,
-    random_scorer,
-    scissorhands,
-    snapkv,
-    snapkv_scorer,
-    tova,
-)
+from kv_methods_drive import attach, check_layers, drive
+from kv_methods_reference import Knobs
 
+from pyllama.attention.base import UNBOUNDED
 from pyllama.attention.registry import create_plugin
 from pyllama.config import ModelConfig
+from pyllama.errors import PluginError, PositionError
 
 CONFIG = ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=16, seq_len=96)
 T, EVENT = 60, 40
@@ -47,37 +31,6 @@ def random_qkv(seed: int, T: int = T, config: ModelConfig = CONFIG):
     v = rng.standard_normal((T, L, config.kv_dim)).astype(np.float32)
     q_pre = rng.standard_normal((T, L, config.q_dim)).astype(np.float32)
     return q, k, v, q_pre
-
-
-def reference(method: str, knobs: Knobs, config: ModelConfig = CONFIG, **extra):
-    """(q, k, v, q_pre, layer) of one layer -> the reference Trace of ``method``."""
-    rope = Rope(config.rope_theta, config.n_rot, config.rope_style)
-    scorers = {
-        "snapkv": lambda q, k, v, qp, layer: snapkv_scorer(q, k, int(knobs.window), **extra.get("snapkv", {})),
-        "knorm": lambda q, k, v, qp, layer: knorm_scorer(k),
-        "keydiff": lambda q, k, v, qp, layer: keydiff_scorer(k),
-        "expected": lambda q, k, v, qp, layer: expected_scorer(
-            qp, k, v, rope, knobs.sinks, **extra.get("expected", {})
-        ),
-        "random": lambda q, k, v, qp, layer: random_scorer(extra.get("seed", 0), layer),
-    }
-    table = {
-        "adakv": lambda q, k, v, qp, layer: adakv(
-            q, k, v, knobs, EVENT, scorers[extra["scorer"]](q, k, v, qp, layer), alpha=extra.get("alpha", 0.2)
-        ),
-        "expected": lambda q, k, v, qp, layer: expected(q, qp, k, v, knobs, EVENT, rope, **extra),
-        "h2o": lambda q, k, v, qp, layer: h2o(q, k, v, knobs),
-        "tova": lambda q, k, v, qp, layer: tova(q, k, v, knobs),
-        "scissorhands": lambda q, k, v, qp, layer: scissorhands(q, k, v, knobs, **extra),
-        "knorm": lambda q, k, v, qp, layer: knorm(q, k, v, knobs, EVENT),
-        "keydiff": lambda q, k, v, qp, layer: keydiff(q, k, v, knobs, EVENT),
-        "random": lambda q, k, v, qp, layer: random_eviction(q, k, v, knobs, EVENT, layer=layer, **extra),
-        "snapkv": lambda q, k, v, qp, layer: snapkv(q, k, v, knobs, EVENT, **extra),
-        "pyramidkv": lambda q, k, v, qp, layer: pyramidkv(
-            q, k, v, knobs, EVENT, layer=layer, n_layers=CONFIG.n_layers, **extra
-        ),
-    }
-    return table[method]
 
 
 CASES = [
@@ -144,16 +97,7 @@ def check_against_reference(spec, method, knobs, extra, seed=0, config=CONFIG):
     q, k, v, q_pre = random_qkv(seed, config=config)
     plugin = attach(create_plugin(spec), config)
     run = drive(plugin, q, k, v, q_pre, event=EVENT if plugin.compresses_at_event else None)
-    agreement = Agreement()
-    hd, H, G = config.head_dim, config.n_heads, config.n_kv_heads
-    for layer in range(config.n_layers):
-        ql, kl, vl = per_head(q, layer, H), per_head(k, layer, G), per_head(v, layer, G)
-        trace = reference(method, knobs, config, **extra)(ql, kl, vl, per_head(q_pre, layer, H), layer)
-        equal = compare_held(run.held, trace, layer, agreement)
-        for t in range(min(equal + 1, T)):
-            want = shared_routine_out(ql[t], kl, vl, trace.attended[t], config.kv_mul, "run.c")
-            np.testing.assert_array_equal(run.out[t, layer].reshape(H, hd), want, err_msg=f"{spec} layer {layer} t {t}")
-    return agreement
+    return check_layers(run.held, run.out, q, k, v, q_pre, config, (method, knobs, extra), EVENT, "run.c")
 
 
 @pytest.mark.parametrize("spec, method, knobs, extra", CASES, ids=[c[0] for c in CASES])
@@ -170,3 +114,163 @@ def test_expected_turns_the_pairs_of_the_model_s_layout():
         "expected:ratio=0.5,sinks=1,future=40", "expected", Knobs(ratio=0.5, sinks=1), {"future": 40}, config=neox
     )
     assert agreement.steps == T * CONFIG.n_layers and not agreement.parted_near, agreement
+
+
+# ---- blocks, threads, compress once branch many -------------------------------------------------------
+SPECS = [
+    "h2o:ratio=0.5,window=3,sinks=1",
+    "tova:capacity=9,sinks=2",
+    "scissorhands:ratio=0.5,window=3,history=4",
+    "snapkv:ratio=0.6,window=3,every=5",
+    "pyramidkv:capacity=20,window=4,beta=4,every=7",
+    "adakv:ratio=0.5,window=4,every=9",
+    "adakv:scorer=expected,ratio=0.6,future=32",
+    "knorm:capacity=14,window=3,every=5",
+    "keydiff:ratio=0.3,sinks=2,every=4",
+    "expected:capacity=15,sinks=2,window=3,every=6,epsilon=0.01",
+    "random:capacity=12,seed=3,every=6",
+]
+EVENT_SPECS = [s for s in SPECS if not s.startswith(("h2o", "tova", "scissorhands"))]
+
+
+def final_held(plugin) -> list:
+    return [[h.tolist() for h in plugin.held_positions(layer)] for layer in range(CONFIG.n_layers)]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_blocks_and_threads_give_the_bits_of_one_position_at_a_time(spec):
+    from pyllama.kernels.threads import set_serial_below
+
+    q, k, v, q_pre = random_qkv(1)
+    one = attach(create_plugin(spec), CONFIG)
+    event = EVENT if one.compresses_at_event else None
+    single = drive(one, q, k, v, q_pre, event=event)
+    for block, threads in ((7, 1), (16, 1), (1, 2), (5, 2)):
+        plugin = attach(create_plugin(spec), CONFIG, threads)
+        previous = set_serial_below(0)  # every loop on the team, however little work
+        try:
+            run = drive(plugin, q, k, v, q_pre, event=event, block=block if block > 1 else 0, record=False)
+        finally:
+            set_serial_below(previous)
+        np.testing.assert_array_equal(run.out, single.out, err_msg=f"{spec} block {block} threads {threads}")
+        assert final_held(plugin) == final_held(one)
+
+
+@pytest.mark.parametrize("spec", EVENT_SPECS)
+def test_start_from_a_recorded_causal_run_gives_the_bits_of_running_from_position_0(spec):
+    q, k, v, q_pre = random_qkv(2)
+    whole = attach(create_plugin(spec), CONFIG)
+    from_zero = drive(whole, q, k, v, q_pre, event=EVENT, block=8, record=False)
+    causal = attach(create_plugin("causal"), CONFIG)
+    exact = drive(causal, q, k, v, event=None, record=False)
+    np.testing.assert_array_equal(from_zero.out[: EVENT + 1], exact.out[: EVENT + 1])  # exact until the event
+    branch = attach(create_plugin(spec), CONFIG)
+    for layer in range(CONFIG.n_layers):
+        branch.start_from(
+            layer, k[: EVENT + 1, layer], v[: EVENT + 1, layer], q[: EVENT + 1, layer], q_pre[: EVENT + 1, layer]
+        )
+    branch.compress(EVENT)
+    rest = drive(branch, q, k, v, q_pre, block=8, record=False, first=EVENT + 1)
+    np.testing.assert_array_equal(rest.out[EVENT + 1 :], from_zero.out[EVENT + 1 :])
+    assert final_held(branch) == final_held(whole) and branch.memory_bytes() == whole.memory_bytes()
+
+
+def extra_bytes(spec: str, t: int) -> int:
+    """What a method holds besides its rows after position t (docs: its docstring's State line)."""
+    L, hd, H = CONFIG.n_layers, CONFIG.head_dim, CONFIG.n_heads
+    if spec.startswith(("snapkv", "pyramidkv")) or spec.startswith("adakv") and "scorer=" not in spec:
+        window = int(spec.split("window=")[1].split(",")[0])
+        return L * min(window, t + 1) * CONFIG.q_dim * 4  # the observation queries
+    if spec.startswith("expected") or "scorer=expected" in spec:
+        return L * H * 8 * (hd + hd * (hd + 1) // 2)  # the sums of the queries and of their products
+    return 0
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_the_ledger_counts_the_rows_held_and_the_method_s_state(spec):
+    q, k, v, q_pre = random_qkv(3)
+    plugin = attach(create_plugin(spec), CONFIG)
+    run = drive(plugin, q, k, v, q_pre, event=EVENT if plugin.compresses_at_event else None)
+    per_row = 2 * CONFIG.head_dim * 4 + (8 if spec.startswith(("h2o", "scissorhands")) else 0)
+    for t in range(T):
+        rows = sum(len(h) for layer in run.held[t] for h in layer)
+        assert run.memory[t] == rows * per_row + extra_bytes(spec, t), (spec, t)
+    assert run.memory[-1] < run.memory[EVENT - 1] or not plugin.compresses_at_event
+
+
+# ---- knobs, events, the wrapper -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("h2o:ratio=1", r"^h2o: ratio=1 is outside \[0, 1\)"),
+        ("snapkv:ratio=1.5", r"^snapkv: ratio=1.5 is outside \[0, 1\)"),
+        ("knorm:ratio=-0.1", r"^knorm: ratio=-0.1 is below its minimum 0"),
+        ("tova:ratio=0.3,capacity=64", r"^tova: ratio=0.3 and capacity=64 together"),
+        ("snapkv:capacity=32", r"^snapkv: capacity=32 is smaller than window=64 \+ sinks=0"),
+        ("scissorhands:capacity=20,window=16,sinks=8", r"^scissorhands: capacity=20 is smaller than window=16"),
+        ("expected:capacity=3", r"^expected: capacity=3 is smaller than window=0 \+ sinks=4"),
+        ("adakv:scorer=h2o", r"^adakv: scorer='h2o' is not one of snapkv, knorm, keydiff, expected, random"),
+        ("adakv:scorer=knorm,kernel=7", r"^adakv: kernel=7 is not a knob of scorer=knorm"),
+        ("adakv:scorer=snapkv,capacity=10", r"^adakv:scorer=snapkv: capacity=10 is smaller than window=64"),
+        ("adakv:alpha=1.5", r"^adakv: alpha=1.5 is above its maximum 1"),
+        ("snapkv:kernel=4", r"^snapkv: kernel=4 is even"),
+        ("pyramidkv:window=0", r"^pyramidkv: window=0 leaves no observation query"),
+        ("h2o:window=most", r"^h2o: window='most' is neither 'half' nor a number"),
+        ("scissorhands:history=65", r"^scissorhands: history=65 is above its maximum 64"),
+    ],
+)
+def test_bad_knob_combinations_are_refused_in_one_line_naming_the_method_and_the_knob(spec, says):
+    with pytest.raises(PluginError, match=says) as caught:
+        create_plugin(spec)
+    assert "\n" not in str(caught.value)
+
+
+def test_adakv_wraps_its_scorer_with_the_scorer_s_defaults():
+    plugin = create_plugin("adakv:scorer=expected")
+    assert plugin.wants_pre_rope_query and plugin.compresses_at_event
+    assert (plugin.inner.sinks, plugin.inner.window, plugin.inner.future) == (4, 0, 512)
+    assert not create_plugin("adakv").wants_pre_rope_query and create_plugin("adakv").inner.window == 64
+    assert create_plugin("adakv:scorer=random,seed=4,window=2").inner.seed == 4
+
+
+def test_adakv_heads_hold_different_numbers_of_rows_within_the_layer_s_total():
+    q, k, v, q_pre = random_qkv(4)
+    k[:, :, : CONFIG.head_dim] *= 3  # KV head 0's keys are longer: knorm ranks them lower
+    plugin = attach(create_plugin("adakv:scorer=knorm,ratio=0.5"), CONFIG)
+    drive(plugin, q, k, v, q_pre, event=EVENT, block=16, record=False)
+    for layer in range(CONFIG.n_layers):
+        sizes = plugin.rows_held_per_head(layer)
+        after_event = T - EVENT - 1
+        assert sum(sizes) == 2 * ((EVENT + 1) - (EVENT + 1) // 2) + 2 * after_event  # the per-head targets' sum
+        assert sizes[0] < sizes[1] and sizes[0] - after_event >= int(0.2 * ((EVENT + 1) - (EVENT + 1) // 2))
+        assert [len(h) for h in plugin.held_positions(layer)] == sizes
+
+
+@pytest.mark.parametrize("spec", EVENT_SPECS)
+def test_without_an_event_a_compressing_method_attends_causally_and_never_compresses(spec):
+    q, k, v, q_pre = random_qkv(5)
+    plugin = attach(create_plugin(spec), CONFIG)
+    run = drive(plugin, q, k, v, q_pre, event=None, block=9, record=False)
+    exact = drive(attach(create_plugin("causal"), CONFIG), q, k, v, record=False)
+    np.testing.assert_array_equal(run.out, exact.out)
+    assert final_held(plugin) == [[list(range(T))] * CONFIG.n_kv_heads] * CONFIG.n_layers
+
+
+def test_compress_comes_after_every_layer_attended_the_position():
+    q, k, v, q_pre = random_qkv(6)
+    plugin = attach(create_plugin("knorm"), CONFIG)
+    drive(plugin, q[:10], k[:10], v[:10], q_pre[:10], record=False)
+    with pytest.raises(PositionError, match=r"knorm: compress\(5\) but layer 0 has attended 10 positions"):
+        plugin.compress(5)
+    plugin.reset()
+    assert final_held(plugin) == [[[]] * CONFIG.n_kv_heads] * CONFIG.n_layers
+    with pytest.raises(PluginError, match="snapkv: start_from needs the queries"):
+        attach(create_plugin("snapkv"), CONFIG).start_from(0, k[:5, 0], v[:5, 0])
+
+
+def test_a_step_method_with_a_capacity_runs_past_the_context_in_flat_memory():
+    plugin = attach(create_plugin("h2o:capacity=8"), CONFIG)
+    assert plugin.max_positions == UNBOUNDED
+    q, k, v, q_pre = random_qkv(7, T=CONFIG.seq_len + 40)
+    run = drive(plugin, q, k, v, q_pre)
+    assert run.memory[-1] == run.memory[20] == CONFIG.n_layers * CONFIG.n_kv_heads * 8 * (2 * CONFIG.head_dim * 4 + 8)

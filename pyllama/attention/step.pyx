@@ -64,9 +64,9 @@ cdef class StepAttention(RowStore):
                 for g in range(self.n_kv_heads):
                     self.remove_marked(layer, g, self.evict)
             return 0
-        n = self.rows_held(layer, 0)[0]
+        n = self.rows_held(layer, 0)[0]  # a KV head's work: its group's weights, a scan, a move of half its rows
         for g in prange(self.n_kv_heads, schedule="static",
-                        num_threads=threads_for(self.n_threads, n * self.n_heads * self.head_dim)):
+                        num_threads=threads_for(self.n_threads, n * self.n_kv_heads * self.head_dim)):
             at = g * P
             self.step_scores(layer, pos, g, self.rows_held(layer, g)[0], self.score + at)
             if mark_lowest(self.score + at, self.held + self.row_of(layer, g), self.rows_held(layer, g)[0], pos,
