@@ -3,7 +3,9 @@
 Three sources, looked up in this order:
 
 * **built-ins** — the names in :data:`BUILTINS` (``causal``, ``sliding``, ``sink``, ``kmeans``,
-  ``tiered``, ``lattice``; ``plugins/``, packaged as ``pyllama.plugins``);
+  ``tiered``, ``lattice``, and the standard KV-cache methods ``h2o``, ``tova``, ``scissorhands``,
+  ``snapkv``, ``pyramidkv``, ``adakv``, ``knorm``, ``keydiff``, ``expected``, ``random``;
+  ``plugins/``, packaged as ``pyllama.plugins``);
 * **installed packages** — the ``pyllama.attention`` entry-point group, e.g. in a ``pyproject.toml``::
 
       [project.entry-points."pyllama.attention"]
