@@ -284,3 +284,49 @@ def test_no_method_allocates_in_the_token_loop():
     )
     for spec, (short, long) in json.loads(proc.stdout).items():
         assert long == short, spec  # 400 positions (and 12 compressions or more) allocate what 12 do
+
+
+# ---- compress once, branch many ---------------------------------------------------------------------------
+EVENT_METHODS = [
+    "snapkv:ratio=0.5,window=16,every=20",
+    "pyramidkv:ratio=0.6,window=16",
+    "adakv:ratio=0.5,window=16",
+    "adakv:scorer=expected,ratio=0.5,every=25",
+    "knorm:ratio=0.5",
+    "keydiff:ratio=0.5,every=30",
+    "expected:ratio=0.5",
+    "random:ratio=0.5,seed=2,every=10",
+]
+
+
+def branches_from_a_recorded_causal_run(model: Model, ids: np.ndarray, event: int, specs: list[str]) -> None:
+    causal = Recording(create_plugin("causal"), event + 1)
+    Engine(model.config, model.weights, causal, 1).forward_block(ids[: event + 1], 0)
+    for spec in specs:
+        whole = model.engine(spec)
+        want = np.zeros((len(ids), model.config.vocab_size), dtype=np.float32)
+        whole.forward_block(ids[: event + 1], 0, want[: event + 1])
+        whole.compress(event)
+        whole.forward_block(ids[event + 1 :], event + 1, want[event + 1 :])
+        branch = model.engine(spec)
+        for layer in range(model.config.n_layers):
+            branch.attention.start_from(
+                layer, causal.k[:, layer], causal.v[:, layer], causal.q[:, layer], causal.q_pre[:, layer]
+            )
+        branch.compress(event)
+        got = np.zeros((len(ids) - event - 1, model.config.vocab_size), dtype=np.float32)
+        branch.forward_block(ids[event + 1 :], event + 1, got)
+        np.testing.assert_array_equal(got, want[event + 1 :], err_msg=spec)
+        for layer in range(model.config.n_layers):
+            held = [h.tolist() for h in branch.attention.held_positions(layer)]
+            assert held == [h.tolist() for h in whole.attention.held_positions(layer)], spec
+
+
+def test_every_event_method_branches_from_a_recorded_causal_run_of_stories260k(stories):
+    branches_from_a_recorded_causal_run(stories, story_ids(stories, 240), 150, EVENT_METHODS)
+
+
+@pytest.mark.kv_grid
+def test_every_event_method_branches_from_a_recorded_causal_run_of_smollm2(smollm2):
+    specs = [s.replace("window=16", "window=32") for s in EVENT_METHODS]
+    branches_from_a_recorded_causal_run(smollm2, story_ids(smollm2, 300), 220, specs)
