@@ -28,6 +28,7 @@ from libc.math cimport cos, exp, pow, sin, sqrt
 import numpy as np
 
 from pyllama.attention.event cimport EventAttention
+from pyllama.attention.rows cimport dot_lanes, dot_lanes_f64
 
 from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
 from pyllama.attention.dense import POSITIONS
@@ -70,9 +71,9 @@ cdef class Expected(EventAttention):
         self.future, self.epsilon, self.covariance = future, epsilon, covariance
 
     def scratch_per_head(self, config):
-        # per KV head: a turned key, the group's means and covariances (packed), their z per row
+        # per KV head: a turned key and S times it, the group's means and covariances, their z per row
         hd, group = config.head_dim, config.kv_mul
-        return hd + group * (hd + hd * (hd + 1) // 2) + group * int(self.max_positions)
+        return 2 * hd + group * (hd + hd * hd) + group * int(self.max_positions)
 
     def statistics_bytes(self, config):
         hd = config.head_dim
@@ -152,9 +153,10 @@ cdef class Expected(EventAttention):
         cdef int hd = self.head_dim, group = self.kv_mul, a
         cdef long long N = self.length[layer] - self.sinks, r
         cdef double* key = self.work + g * self.work_size         # a row's key turned by R^T
-        cdef double* mean = key + hd                              # [group, hd]
-        cdef double* cov = mean + group * hd                      # [group, tri] S, packed
-        cdef double* z = cov + group * self.tri                   # [group, P]
+        cdef double* turned = key + hd                            # S times it
+        cdef double* mean = turned + hd                           # [group, hd]
+        cdef double* cov = mean + group * hd                      # [group, hd, hd] S
+        cdef double* z = cov + group * hd * hd                    # [group, P]
         if N <= 0:  # every row is a sink: nothing to rank
             for r in range(n):
                 score[r] = 0.0
@@ -165,11 +167,11 @@ cdef class Expected(EventAttention):
                 continue
             self.turned_key(self.keys + (self.row_of(layer, g) + r) * hd, key)
             for a in range(group):
-                z[a * self.P + r] = self.exponent(mean + a * hd, cov + a * self.tri, key)
+                z[a * self.P + r] = self.exponent(mean + a * hd, cov + a * hd * hd, key, turned)
         self.expected_weights(layer, g, n, z, score)
 
     cdef void statistics(self, int layer, int g, long long N, double* mean, double* cov) noexcept nogil:
-        """The group's query means and (1/N) covariances S = sum q q^T / N - mu mu^T, packed i <= j."""
+        """The group's query means and (1/N) covariances S = sum q q^T / N - mu mu^T (full, symmetric)."""
         cdef int hd = self.head_dim, a, i, j, h
         cdef const double* product
         cdef double* c
@@ -180,11 +182,11 @@ cdef class Expected(EventAttention):
             if not self.covariance:
                 continue
             product = self.products + (layer * self.n_heads + h) * self.tri
-            c = cov + a * self.tri
+            c = cov + a * hd * hd
             for i in range(hd):
                 for j in range(i, hd):
-                    c[0] = product[0] / N - mean[a * hd + i] * mean[a * hd + j]
-                    c += 1
+                    c[i * hd + j] = product[0] / N - mean[a * hd + i] * mean[a * hd + j]
+                    c[j * hd + i] = c[i * hd + j]
                     product += 1
 
     cdef void turned_key(self, const float* k, double* out) noexcept nogil:
@@ -200,31 +202,29 @@ cdef class Expected(EventAttention):
             out[x] = c * k[x] + s * k[y]
             out[y] = -s * k[x] + c * k[y]
 
-    cdef double exponent(self, const double* mean, const double* cov, const double* key) noexcept nogil:
-        """mu'.k / sqrt(hd) + k^T S' k / hd / 2, with key = R^T k."""
+    cdef double exponent(self, const double* mean, const double* cov, const double* key,
+                         double* turned) noexcept nogil:
+        """mu'.k / sqrt(hd) + k^T S' k / hd / 2, with key = R^T k (turned: scratch for S key)."""
         cdef int hd = self.head_dim, i, j
-        cdef double linear = 0.0, quadratic = 0.0, row
-        for i in range(hd):
-            linear = linear + mean[i] * key[i]
-        linear = linear / sqrt(<double>hd)
+        cdef double linear = dot_lanes_f64(mean, key, hd) / sqrt(<double>hd)
+        cdef const double* row
         if not self.covariance:
             return linear
-        for i in range(hd):  # the packed symmetric form: S_ii k_i^2 + 2 S_ij k_i k_j (i < j)
-            row = cov[0] * key[i]
-            cov += 1
-            for j in range(i + 1, hd):
-                row = row + 2.0 * cov[0] * key[j]
-                cov += 1
-            quadratic = quadratic + key[i] * row
-        return linear + quadratic / hd / 2
+        for i in range(hd):
+            turned[i] = 0.0
+        for j in range(hd):  # S key, a column at a time (each element its own sum: vectors across i)
+            row = cov + j * hd
+            for i in range(hd):
+                turned[i] = turned[i] + row[i] * key[j]
+        return linear + dot_lanes_f64(key, turned, hd) / hd / 2
 
     cdef void expected_weights(self, int layer, int g, long long n, const double* z, double* score) noexcept nogil:
         """Per query head the softmax of z over the non-sink rows, their group mean, times the value norm."""
         cdef const long long* held = self.held + self.row_of(layer, g)
         cdef const float* value
         cdef long long r
-        cdef int a, i, group = self.kv_mul
-        cdef double top, norm, v2
+        cdef int a, group = self.kv_mul
+        cdef double top, norm
         for r in range(n):
             score[r] = 0.0
         for a in range(group):
@@ -243,7 +243,4 @@ cdef class Expected(EventAttention):
             if held[r] < self.sinks:
                 continue
             value = self.values + (self.row_of(layer, g) + r) * self.head_dim
-            v2 = 0.0
-            for i in range(self.head_dim):
-                v2 = v2 + <double>value[i] * value[i]
-            score[r] = (score[r] / group + self.epsilon) * sqrt(v2)
+            score[r] = (score[r] / group + self.epsilon) * sqrt(dot_lanes(value, value, self.head_dim))

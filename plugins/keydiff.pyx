@@ -17,6 +17,7 @@ State: the row store's rows only.
 from libc.math cimport sqrt
 
 from pyllama.attention.event cimport EventAttention
+from pyllama.attention.rows cimport dot_lanes
 
 from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
 from pyllama.attention.dense import POSITIONS
@@ -57,10 +58,7 @@ cdef class KeyDiff(EventAttention):
             anchor[i] = 0.0
         for r in range(n):
             key = keys + r * hd
-            total = 0.0
-            for i in range(hd):
-                total = total + <double>key[i] * key[i]
-            norms[r] = sqrt(total)
+            norms[r] = sqrt(dot_lanes(key, key, hd))
             if norms[r] > 0:
                 for i in range(hd):
                     anchor[i] = anchor[i] + key[i] / norms[r]

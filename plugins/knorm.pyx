@@ -15,19 +15,12 @@ State: the row store's rows only.
 from libc.math cimport sqrt
 
 from pyllama.attention.event cimport EventAttention
+from pyllama.attention.rows cimport dot_lanes
 
 from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
 from pyllama.attention.dense import POSITIONS
 from pyllama.attention.memory import require_memory
 from pyllama.attention.spec import check_knobs
-
-
-cdef inline double key_norm(const float* key, int head_dim) noexcept nogil:
-    cdef double total = 0.0
-    cdef int i
-    for i in range(head_dim):
-        total = total + <double>key[i] * key[i]
-    return sqrt(total)
 
 
 cdef class KNorm(EventAttention):
@@ -52,4 +45,4 @@ cdef class KNorm(EventAttention):
         cdef const float* keys = self.keys + self.row_of(layer, g) * self.head_dim
         cdef long long r
         for r in range(n):
-            score[r] = -key_norm(keys + r * self.head_dim, self.head_dim)
+            score[r] = -sqrt(dot_lanes(keys + r * self.head_dim, keys + r * self.head_dim, self.head_dim))

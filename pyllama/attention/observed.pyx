@@ -21,7 +21,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.rows cimport is_protected
+from pyllama.attention.rows cimport dot_lanes, is_protected
 
 from pyllama.attention.spec import Knob
 from pyllama.errors import PluginError
@@ -30,14 +30,6 @@ OBSERVED_KNOBS = (
     Knob("kernel", int, 5, "neighbours pooled, odd (1: no pooling)", min=1),
     Knob("pool", ("avg", "max"), "avg", "pooling of the neighbours' scores: torch's avg_pool1d or max_pool1d"),
 )
-
-
-cdef inline double dot_double(const float* a, const float* b, int n) noexcept nogil:
-    cdef double total = 0.0
-    cdef int i
-    for i in range(n):
-        total = total + <double>a[i] * b[i]
-    return total
 
 
 cdef class ObservedAttention(EventAttention):
@@ -96,7 +88,7 @@ cdef class ObservedAttention(EventAttention):
                 query = self.seen + (layer * self.window + j % self.window) * q_dim + h * hd
                 top = -1e308
                 for r in range(visible):
-                    weight[r] = dot_double(query, keys + r * hd, hd) / scale
+                    weight[r] = dot_lanes(query, keys + r * hd, hd) / scale
                     top = max(top, weight[r])
                 norm = 0.0
                 for r in range(visible):

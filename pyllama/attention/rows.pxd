@@ -24,6 +24,47 @@ cdef inline long long kept_of(long long n, double ratio, long long capacity) noe
     return n - <long long>floor(ratio * n + 1e-9)  # 1e-9: budget.SHARE_SLACK, the binary rounding of the ratio
 
 
+# float64 dot products of the methods' scores: eight partial sums (lane i takes elements i, i + 8, ...),
+# added in one fixed order at the end, so that the compiler may keep the lanes in vectors while every
+# thread count and every call give the same bits (a plain running sum is a chain no compiler may reorder)
+cdef inline double dot_lanes(const float* a, const float* b, Py_ssize_t n) noexcept nogil:
+    cdef double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        s0 = s0 + <double>a[i] * b[i]
+        s1 = s1 + <double>a[i + 1] * b[i + 1]
+        s2 = s2 + <double>a[i + 2] * b[i + 2]
+        s3 = s3 + <double>a[i + 3] * b[i + 3]
+        s4 = s4 + <double>a[i + 4] * b[i + 4]
+        s5 = s5 + <double>a[i + 5] * b[i + 5]
+        s6 = s6 + <double>a[i + 6] * b[i + 6]
+        s7 = s7 + <double>a[i + 7] * b[i + 7]
+        i += 8
+    while i < n:
+        s0 = s0 + <double>a[i] * b[i]
+        i += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+cdef inline double dot_lanes_f64(const double* a, const double* b, Py_ssize_t n) noexcept nogil:
+    cdef double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0
+    cdef Py_ssize_t i = 0
+    while i + 8 <= n:
+        s0 = s0 + a[i] * b[i]
+        s1 = s1 + a[i + 1] * b[i + 1]
+        s2 = s2 + a[i + 2] * b[i + 2]
+        s3 = s3 + a[i + 3] * b[i + 3]
+        s4 = s4 + a[i + 4] * b[i + 4]
+        s5 = s5 + a[i + 5] * b[i + 5]
+        s6 = s6 + a[i + 6] * b[i + 6]
+        s7 = s7 + a[i + 7] * b[i + 7]
+        i += 8
+    while i < n:
+        s0 = s0 + a[i] * b[i]
+        i += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
 cdef inline bint is_protected(long long position, long long t, long long sinks, long long window) noexcept nogil:
     """The sinks (p < sinks) and the window (t - window < p <= t) after position t are never evicted."""
     return position < sinks or position > t - window
