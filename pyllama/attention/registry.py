@@ -3,7 +3,9 @@
 Three sources, looked up in this order:
 
 * **built-ins** — the names in :data:`BUILTINS` (``causal``, ``sliding``, ``sink``, ``kmeans``,
-  ``tiered``, ``lattice``; ``plugins/``, packaged as ``pyllama.plugins``);
+  ``tiered``, ``lattice``, and the standard KV-cache methods ``h2o``, ``tova``, ``scissorhands``,
+  ``snapkv``, ``pyramidkv``, ``adakv``, ``knorm``, ``keydiff``, ``expected``, ``random``;
+  ``plugins/``, packaged as ``pyllama.plugins``);
 * **installed packages** — the ``pyllama.attention`` entry-point group, e.g. in a ``pyproject.toml``::
 
       [project.entry-points."pyllama.attention"]
@@ -64,6 +66,16 @@ BUILTINS: dict[str, str] = {
     "kmeans": "pyllama.plugins.kmeans:KMeans",
     "tiered": "pyllama.plugins.tiered:Tiered",
     "lattice": "pyllama.plugins.lattice:Lattice",
+    "h2o": "pyllama.plugins.h2o:H2O",
+    "tova": "pyllama.plugins.tova:TOVA",
+    "scissorhands": "pyllama.plugins.scissorhands:Scissorhands",
+    "snapkv": "pyllama.plugins.snapkv:SnapKV",
+    "pyramidkv": "pyllama.plugins.pyramidkv:PyramidKV",
+    "adakv": "pyllama.plugins.adakv:AdaKV",
+    "knorm": "pyllama.plugins.knorm:KNorm",
+    "keydiff": "pyllama.plugins.keydiff:KeyDiff",
+    "expected": "pyllama.plugins.expected:Expected",
+    "random": "pyllama.plugins.random:RandomEviction",
 }
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
