@@ -3,7 +3,8 @@
 Three sources, looked up in this order:
 
 * **built-ins** — the names in :data:`BUILTINS` (``causal``, ``sliding``, ``sink``, ``kmeans``,
-  ``tiered``, ``lattice``; ``plugins/``, packaged as ``pyllama.plugins``);
+  ``tiered``, ``lattice``, and the standard methods of docs/methods.md; ``plugins/``, packaged as
+  ``pyllama.plugins``);
 * **installed packages** — the ``pyllama.attention`` entry-point group, e.g. in a ``pyproject.toml``::
 
       [project.entry-points."pyllama.attention"]
@@ -64,6 +65,8 @@ BUILTINS: dict[str, str] = {
     "kmeans": "pyllama.plugins.kmeans:KMeans",
     "tiered": "pyllama.plugins.tiered:Tiered",
     "lattice": "pyllama.plugins.lattice:Lattice",
+    "quest": "pyllama.plugins.quest:Quest",
+    "kvquant": "pyllama.plugins.kvquant:KVQuant",
 }
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
