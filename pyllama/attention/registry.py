@@ -273,6 +273,6 @@ def plugins_markdown() -> str:
         knobs = (
             "<br>".join(f"`{k.name}` ({k.describe_range()}, {k.describe_default()}): {k.help}" for k in info.knobs)
             or "—"
-        )
+        ).replace("|", "\\|")  # a choice's "a|b" inside a table cell
         lines.append(f"| `{info.name}` | {info.description} | {knobs} |")
     return "\n".join(lines)
