@@ -29,7 +29,7 @@ import numpy as np
 
 from pyllama.attention.base cimport threads_for
 from pyllama.attention.gather cimport BLOCK_QUERIES, GatherAttention
-from pyllama.attention.kvquant cimport dequantize_row_c, quantize_row_c
+from pyllama.attention.kvquant cimport dequantize_rows_c, quantize_row_c
 
 from pyllama.attention.dense import POSITIONS
 from pyllama.attention.kvquant import CACHE_TYPES, row_bytes, type_code
@@ -150,11 +150,11 @@ cdef class KVQuant(GatherAttention):
                         num_threads=threads_for(self.n_threads, n * self.kv_dim)):
             g = u // runs
             t1 = min((u % runs + 1) * ROW_RUN, n)
-            for t in range((u % runs) * ROW_RUN, t1):
-                dequantize_row_c(self.k_code, self.kcache + (base + t) * self.k_row + g * self.k_head,
-                                 self.deq_k + (g * self.positions + t) * hd, hd)
-                dequantize_row_c(self.v_code, self.vcache + (base + t) * self.v_row + g * self.v_head,
-                                 self.deq_v + (g * self.positions + t) * hd, hd)
+            t = (u % runs) * ROW_RUN
+            dequantize_rows_c(self.k_code, self.kcache + (base + t) * self.k_row + g * self.k_head, self.k_row,
+                              self.deq_k + (g * self.positions + t) * hd, hd, t1 - t, hd)
+            dequantize_rows_c(self.v_code, self.vcache + (base + t) * self.v_row + g * self.v_head, self.v_row,
+                              self.deq_v + (g * self.positions + t) * hd, hd, t1 - t, hd)
 
     cdef void attend_rows(self, int layer, long long pos, Py_ssize_t m, const float* q, float* out) noexcept nogil:
         """The queries of positions pos .. pos + m - 1 over the rows read back (or stored: f32, f32)."""

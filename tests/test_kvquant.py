@@ -239,3 +239,13 @@ def test_teacher_forced_argmax_agrees_with_llama_cpp(capsys):
         with capsys.disabled():
             print(f"\n{spec} against llama.cpp {run}: argmax agreement {agreement:.4f} over {len(ids)} positions")
         assert agreement >= floor, (spec, agreement)
+
+
+@pytest.mark.kv_grid
+def test_q4_0_holds_at_most_a_fifth_of_causal_on_a_passkey(capsys):
+    model = Model.load(shared_file(SMOLLM2), threads=2)
+    report = model.diff("causal", "kvquant:k=q4_0,v=q4_0", probe="passkey:length=1500")
+    causal, ours = report.summary["bytes_last_a"], report.summary["bytes_last_b"]
+    with capsys.disabled():
+        print(f"\npasskey:length=1500, last position: causal {causal:,} bytes, kvquant q4_0 {ours:,} ({ours / causal:.4f})")
+    assert ours <= 0.2 * causal and ours * 128 == causal * 18  # 18 bytes per 32 values against float32's 128

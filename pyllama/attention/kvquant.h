@@ -19,6 +19,9 @@
 #include <string.h>
 
 #include "../kernels/halfbits.h"
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #if defined(__clang__)  /* clang's pragma holds for the compound statement it opens */
 #define PYLLAMA_KVQ_NO_CONTRACT _Pragma("clang fp contract(off)")
@@ -214,37 +217,75 @@ PYLLAMA_KVQ_ENTRY void pyllama_kvq_quantize(int type, const float* x, uint8_t* y
     }
 }
 
-/* a block's 32 codes, in element order: the low nibbles (+ bit 4 from qh for the 5-bit types) */
-static inline void pyllama_kvq_codes(const uint8_t* qs, const uint8_t* qh_bytes, int* q) {
-    uint32_t qh = 0;
-    if (qh_bytes) memcpy(&qh, qh_bytes, 4);
+/* One block's 32 values: q_j = low nibble (+ bit j of qh as bit 4), for j < 16 from the low nibbles
+ * of qs and for j >= 16 from the high ones; value = d * (q - offset), or (d * q) + m with a minimum.
+ * Written per type, on pointers that alias nothing (a uint8_t pointer may alias anything otherwise),
+ * so that the compiler vectorises each loop. */
+static inline void pyllama_kvq_block_4(const uint8_t* __restrict qs, float d, int offset, float* __restrict x) {
+    PYLLAMA_KVQ_NO_CONTRACT
     for (int j = 0; j < 16; j++) {
-        q[j] = (qs[j] & 0x0F) | (int)(((qh >> j) & 1u) << 4);
-        q[16 + j] = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+        x[j] = d * (float)((int)(qs[j] & 0x0F) - offset);
+        x[j + 16] = d * (float)((int)(qs[j] >> 4) - offset);
+    }
+}
+
+static inline void pyllama_kvq_block_4m(const uint8_t* __restrict qs, float d, float m, float* __restrict x) {
+    PYLLAMA_KVQ_NO_CONTRACT
+    for (int j = 0; j < 16; j++) {
+        x[j] = d * (float)(qs[j] & 0x0F) + m;
+        x[j + 16] = d * (float)(qs[j] >> 4) + m;
+    }
+}
+
+static inline void pyllama_kvq_block_5(const uint8_t* __restrict qs, uint32_t qh, float d, int offset, int has_min,
+                                       float m, float* __restrict x) {
+    PYLLAMA_KVQ_NO_CONTRACT
+    for (int j = 0; j < 16; j++) {
+        const int lo = (int)((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
+        const int hi = (int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+        if (has_min) {
+            x[j] = d * (float)lo + m;
+            x[j + 16] = d * (float)hi + m;
+        } else {
+            x[j] = d * (float)(lo - offset);
+            x[j + 16] = d * (float)(hi - offset);
+        }
+    }
+}
+
+static inline void pyllama_kvq_block_8(const uint8_t* __restrict qs, float d, float* __restrict x) {
+    for (int j = 0; j < 32; j++) x[j] = (float)(int8_t)qs[j] * d;
+}
+
+static inline void pyllama_kvq_block_nl(const uint8_t* __restrict qs, float d, float* __restrict x) {
+    for (int j = 0; j < 16; j++) {
+        x[j] = d * (float)pyllama_kvq_iq4nl[qs[j] & 0x0F];
+        x[j + 16] = d * (float)pyllama_kvq_iq4nl[qs[j] >> 4];
     }
 }
 
 /* n values (whole blocks) read back from the cache's bytes y, as gguf-py's dequantize computes them:
  * d * q, or (d * q) + m for the types with a minimum */
-PYLLAMA_KVQ_ENTRY void pyllama_kvq_dequantize(int type, const uint8_t* y, float* x, long n) {
+static inline void pyllama_kvq_dequantize_one(int type, const uint8_t* y, float* x, long n) {
     PYLLAMA_KVQ_NO_CONTRACT
     const long nb = n / pyllama_kvq_block_values[type];
     const int bytes = pyllama_kvq_block_bytes[type];
     uint16_t h;
-    int q[32];
+    uint32_t qh;
     switch (type) {
     case KVQ_F32: memcpy(x, y, (size_t)n * 4); return;
-    case KVQ_F16: for (long i = 0; i < n; i++) x[i] = pyllama_kvq_get_half(y + 2 * i); return;
+    case KVQ_F16: {
+        long i = 0;
+#if defined(__F16C__)
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(y + 2 * i))));
+#endif
+        for (; i < n; i++) x[i] = pyllama_kvq_get_half(y + 2 * i);
+        return;
+    }
     case KVQ_BF16:
         for (long i = 0; i < n; i++) {
             memcpy(&h, y + 2 * i, 2);
             x[i] = pyllama_bf2f(h);
-        }
-        return;
-    case KVQ_Q8_0:
-        for (long b = 0; b < nb; b++) {
-            const float d = pyllama_kvq_get_half(y + bytes * b);
-            for (int j = 0; j < 32; j++) x[32 * b + j] = (float)(int8_t)y[bytes * b + 2 + j] * d;
         }
         return;
     }
@@ -253,25 +294,31 @@ PYLLAMA_KVQ_ENTRY void pyllama_kvq_dequantize(int type, const uint8_t* y, float*
         float* xb = x + 32 * b;
         const float d = pyllama_kvq_get_half(yb);
         switch (type) {
-        case KVQ_Q4_0:
-            pyllama_kvq_codes(yb + 2, NULL, q);
-            for (int j = 0; j < 32; j++) xb[j] = d * (float)(q[j] - 8);
-            break;
+        case KVQ_Q8_0: pyllama_kvq_block_8(yb + 2, d, xb); break;
+        case KVQ_Q4_0: pyllama_kvq_block_4(yb + 2, d, 8, xb); break;
+        case KVQ_Q4_1: pyllama_kvq_block_4m(yb + 4, d, pyllama_kvq_get_half(yb + 2), xb); break;
         case KVQ_Q5_0:
-            pyllama_kvq_codes(yb + 6, yb + 2, q);
-            for (int j = 0; j < 32; j++) xb[j] = d * (float)(q[j] - 16);
+            memcpy(&qh, yb + 2, 4);
+            pyllama_kvq_block_5(yb + 6, qh, d, 16, 0, 0.0f, xb);
             break;
-        case KVQ_IQ4_NL:
-            pyllama_kvq_codes(yb + 2, NULL, q);
-            for (int j = 0; j < 32; j++) xb[j] = d * (float)pyllama_kvq_iq4nl[q[j]];
+        case KVQ_Q5_1:
+            memcpy(&qh, yb + 4, 4);
+            pyllama_kvq_block_5(yb + 8, qh, d, 0, 1, pyllama_kvq_get_half(yb + 2), xb);
             break;
-        default: {  /* Q4_1, Q5_1 */
-            const float m = pyllama_kvq_get_half(yb + 2);
-            pyllama_kvq_codes(yb + (type == KVQ_Q4_1 ? 4 : 8), type == KVQ_Q4_1 ? NULL : yb + 4, q);
-            for (int j = 0; j < 32; j++) xb[j] = d * (float)q[j] + m;
-        }
+        case KVQ_IQ4_NL: pyllama_kvq_block_nl(yb + 2, d, xb); break;
         }
     }
+}
+
+PYLLAMA_KVQ_ENTRY void pyllama_kvq_dequantize(int type, const uint8_t* y, float* x, long n) {
+    pyllama_kvq_dequantize_one(type, y, x, n);
+}
+
+/* rows row .. row + n_rows - 1 of n values each: the bytes of row r at y + r * y_stride, its values to
+ * x + r * x_stride (a run of cached rows of one head into the attention's scratch) */
+PYLLAMA_KVQ_ENTRY void pyllama_kvq_dequantize_rows(int type, const uint8_t* y, long y_stride, float* x, long x_stride,
+                                                   long n_rows, long n) {
+    for (long r = 0; r < n_rows; r++) pyllama_kvq_dequantize_one(type, y + r * y_stride, x + r * x_stride, n);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

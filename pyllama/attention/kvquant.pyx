@@ -28,6 +28,8 @@ from pyllama.errors import PluginError
 cdef extern from "kvquant.h":
     void kvq_quantize "pyllama_kvq_quantize"(int type_code, const float* x, uint8_t* y, long n) nogil
     void kvq_dequantize "pyllama_kvq_dequantize"(int type_code, const uint8_t* y, float* x, long n) nogil
+    void kvq_dequantize_rows "pyllama_kvq_dequantize_rows"(
+        int type_code, const uint8_t* y, long y_stride, float* x, long x_stride, long n_rows, long n) nogil
 
 # the types in kvquant.h's order (its KVQ_* codes): name -> (values per block, bytes per block)
 CACHE_TYPES = {
@@ -65,6 +67,11 @@ cdef void quantize_row_c(int type_code, const float* x, uint8_t* y, Py_ssize_t n
 
 cdef void dequantize_row_c(int type_code, const uint8_t* y, float* x, Py_ssize_t n) noexcept nogil:
     kvq_dequantize(type_code, y, x, n)
+
+
+cdef void dequantize_rows_c(int type_code, const uint8_t* y, Py_ssize_t y_stride, float* x, Py_ssize_t x_stride,
+                            Py_ssize_t n_rows, Py_ssize_t n) noexcept nogil:
+    kvq_dequantize_rows(type_code, y, y_stride, x, x_stride, n_rows, n)
 
 
 def quantize_row(const float[::1] x, str name):
