@@ -24,7 +24,6 @@ bit for bit.
 
 from cython.parallel cimport prange
 from libc.stdint cimport uint8_t
-from libc.stdlib cimport qsort
 from libc.string cimport memcpy
 
 import numpy as np
@@ -44,13 +43,28 @@ cdef struct PageScore:
     long long page
 
 
-cdef int _by_score(const void* a, const void* b) noexcept nogil:
-    # ascending bound, then ascending page: the front is dropped first, the older page among equals
-    cdef const PageScore* x = <const PageScore*>a
-    cdef const PageScore* y = <const PageScore*>b
-    if x.score != y.score:
-        return -1 if x.score < y.score else 1
-    return (x.page > y.page) - (x.page < y.page)
+cdef inline bint ranks_above(double score, long long page, const PageScore* other) noexcept nogil:
+    # a higher bound ranks above; among equal bounds the newer page (the older one is dropped first)
+    return score > other.score or (score == other.score and page > other.page)
+
+
+cdef inline long long keep_best(PageScore* best, long long n, long long k, double score, long long page) noexcept nogil:
+    """Offer a page to best[0 .. n - 1], the (at most k) best so far in ascending rank; returns the new n.
+    Insertion into a short sorted list: no allocation (qsort may allocate), O(pages x k) per query."""
+    cdef long long i
+    if n == k:
+        if k == 0 or not ranks_above(score, page, &best[0]):
+            return n
+        for i in range(n - 1):  # drop the lowest
+            best[i] = best[i + 1]
+        n = n - 1
+    i = n
+    while i > 0 and not ranks_above(score, page, &best[i - 1]):
+        best[i] = best[i - 1]
+        i = i - 1
+    best[i].score = score
+    best[i].page = page
+    return n + 1
 
 
 cdef class Quest(DenseAttention):
@@ -72,7 +86,7 @@ cdef class Quest(DenseAttention):
     cdef dict __dict__           # compresses_at_event per instance
     cdef float* pmin             # [n_layers, n_pages, kv_dim] per-channel key minima of each page
     cdef float* pmax             # [n_layers, n_pages, kv_dim] maxima
-    cdef PageScore* ranked       # [n_kv_heads, n_pages] this step's bounds, sorted
+    cdef PageScore* ranked       # [n_kv_heads, allowed] this step's best pages, ascending
     cdef uint8_t* chosen         # [n_kv_heads, n_pages] the pages the last sparse step attended
     cdef readonly long long capacity, page, dense_layers, context_end
     cdef readonly bint dense_context
@@ -104,7 +118,7 @@ cdef class Quest(DenseAttention):
         NP = -(-P // int(self.page))
         rows = min(int(self.allowed) * int(self.page), P)
         return (self.dense_bytes(config, rows, 1, BLOCK_QUERIES * P) + 2 * L * NP * kv * 4
-                + KVH * NP * (sizeof(PageScore) + 1))
+                + KVH * (int(self.allowed) * sizeof(PageScore) + NP))
 
     def init(self, config, pool):
         require_memory("quest", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
@@ -114,7 +128,7 @@ cdef class Quest(DenseAttention):
         L, kv, KVH = config.n_layers, config.kv_dim, config.n_kv_heads
         self.pmin = <float*>self.own(np.zeros((L, self.n_pages, kv), dtype=np.float32))
         self.pmax = <float*>self.own(np.zeros((L, self.n_pages, kv), dtype=np.float32))
-        self.ranked = <PageScore*>self.own(np.zeros(KVH * self.n_pages * sizeof(PageScore), dtype=np.uint8))
+        self.ranked = <PageScore*>self.own(np.zeros(KVH * self.allowed * sizeof(PageScore), dtype=np.uint8))
         self.chosen = <uint8_t*>self.own(np.zeros((KVH, self.n_pages), dtype=np.uint8))
         self.context_end = -1
         self.last_pos = -1
@@ -182,14 +196,14 @@ cdef class Quest(DenseAttention):
 
     cdef void select_pages(self, int layer, int g, const float* q, long long own) noexcept nogil:
         """Mark in chosen[g] the allowed - 1 pages before page ``own`` of highest bound for KV head g."""
-        cdef PageScore* ranked = self.ranked + g * self.n_pages
+        cdef PageScore* best = self.ranked + g * self.allowed
         cdef uint8_t* mark = self.chosen + g * self.n_pages
         cdef Py_ssize_t i, kv = self.kv_dim, hd = self.head_dim, off = g * self.head_dim
         cdef const float* lo
         cdef const float* hi
         cdef const float* qh
         cdef double total, bound, a, b
-        cdef long long p
+        cdef long long p, n = 0
         cdef int h
         for p in range(own):
             lo = self.pmin + (layer * self.n_pages + p) * kv + off
@@ -203,12 +217,10 @@ cdef class Quest(DenseAttention):
                     b = <double>qh[i] * <double>lo[i]
                     bound = bound + (a if a > b else b)
                 total = bound if h == g * self.kv_mul else total + bound
-            ranked[p].score = total / self.kv_mul
-            ranked[p].page = p
+            n = keep_best(best, n, self.allowed - 1, total / self.kv_mul, p)
             mark[p] = 0
-        qsort(ranked, own, sizeof(PageScore), _by_score)
-        for p in range(own - (self.allowed - 1), own):
-            mark[ranked[p].page] = 1
+        for p in range(n):
+            mark[best[p].page] = 1
 
     cdef void attend_one(self, int layer, long long pos, const float* q, float* out) noexcept nogil:
         cdef int h, g

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -247,5 +249,25 @@ def test_q4_0_holds_at_most_a_fifth_of_causal_on_a_passkey(capsys):
     report = model.diff("causal", "kvquant:k=q4_0,v=q4_0", probe="passkey:length=1500")
     causal, ours = report.summary["bytes_last_a"], report.summary["bytes_last_b"]
     with capsys.disabled():
-        print(f"\npasskey:length=1500, last position: causal {causal:,} bytes, kvquant q4_0 {ours:,} ({ours / causal:.4f})")
+        print(
+            f"\npasskey:length=1500, last position: causal {causal:,} bytes, "
+            f"kvquant q4_0 {ours:,} ({ours / causal:.4f})"
+        )
     assert ours <= 0.2 * causal and ours * 128 == causal * 18  # 18 bytes per 32 values against float32's 128
+
+
+def test_the_token_loop_allocates_nothing(tmp_path):
+    """test_engine_alloc's measurement (tracemalloc's peak for 4 positions and for 400) with kvquant."""
+    from gguf_reference import write_random_gguf
+    from test_engine_alloc import MEASURE
+
+    path = write_random_gguf(
+        tmp_path / "m.gguf", dim=256, hidden_dim=128, n_heads=4, n_kv_heads=2, vocab=512, context=512, seed=3
+    )
+    script = MEASURE.replace('model.engine("causal")', "model.engine(sys.argv[3])")
+    for spec in ("kvquant:k=q4_0,v=q8_0", "kvquant:k=f32,v=f32"):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, str(path), "clean", spec], capture_output=True, text=True, check=True
+        )
+        for short, long in json.loads(proc.stdout):
+            assert long == short and long[0] < 4096, spec

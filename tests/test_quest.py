@@ -4,6 +4,9 @@ when the capacity covers the sequence, the ledger, the knobs' refusals and the t
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -201,3 +204,16 @@ def test_the_thread_count_changes_no_bit(tmp_path, parallel_always):
     ids = np.random.default_rng(4).integers(0, 64, 500)
     spec = "quest:capacity=48,dense_layers=1,dense_context=false"
     assert model.logits(ids, spec, threads=1).tobytes() == model.logits(ids, spec, threads=2).tobytes()
+
+
+def test_the_token_loop_allocates_nothing(stories260k):
+    """test_engine_alloc's measurement (tracemalloc's peak for 4 positions and for 400) with quest selecting."""
+    from test_engine_alloc import MEASURE
+
+    script = MEASURE.replace('model.engine("causal")', "model.engine(sys.argv[3])")
+    spec = "quest:capacity=32,dense_layers=1,dense_context=false"
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(stories260k), "clean", spec], capture_output=True, text=True, check=True
+    )
+    for short, long in json.loads(proc.stdout):
+        assert long == short and long[0] < 4096
