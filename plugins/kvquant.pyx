@@ -11,15 +11,20 @@ A step reads the rows back (gguf-py's ``dequantize``: d * q, or (d * q) + m) int
 layer, ``[n_kv_heads, positions, head_dim]`` per tensor, and attends them with the shared routine,
 in ascending position order; a block of positions is read back once and its queries attended
 together (``attend_prefix``). With ``k=f32,v=f32`` the rows are read where they are stored (no
-scratch), and this is ``causal`` bit for bit. llama.cpp stores a quantised row in blocks of 32 values and refuses such a
-cache when the head size is not a multiple of 32 ("K cache type q8_0 with block size 32 does not
-divide n_embd_head_k"); so does this plugin (stories260K's heads of 8 take f32, f16 and bf16).
+scratch), and this is ``causal`` bit for bit. llama.cpp stores a quantised row in blocks of 32
+values and refuses such a cache when the head size is not a multiple of 32 ("K cache type q8_0 with
+block size 32 does not divide n_embd_head_k"); so does this plugin (stories260K's heads of 8 take
+f32, f16 and bf16).
 
 It compresses every row, when stored; there is no event, and every position is kept (``holds =
 "everything"``): the memory is saved by the representation, not by a selection. What differs from
-llama.cpp's own quantised cache: its CPU flash attention converts the query to half and accumulates
-the values in half, and its x86 Q8_0 writer rounds halves to even (docs/methods.md gives the
-agreement measured), so only the stored bytes can be identical.
+llama.cpp's own quantised cache (docs/methods.md has the agreement measured): its CPU flash
+attention quantises the query to the key type's dot-product type (Q8_0, or half for f16 keys) and
+accumulates f16 values in half; its x86 Q8_0 writer rounds halves to even; and the version compared
+(0c1e570) rotates queries, keys and values by a Hadamard matrix before a quantised cache when the
+head size is a multiple of 64 (``LLAMA_ATTN_ROT_DISABLE=1`` turns that off), which this plugin does
+not. So only the stored bytes can be identical, and they are where the rows going in are (tested at
+layer 0).
 """
 
 from cython.parallel cimport prange

@@ -163,6 +163,9 @@ def test_a_capacity_covering_the_sequence_is_causal_bit_for_bit():
     ids = smol.tokenize("The grass is green. The sky is blue. " * 20)[:150]
     report = smol.diff("causal", "quest:capacity=160,dense_context=false", probe=ids)
     assert report.summary["exact"] and report.summary["max_abs_dlogit"] == 0.0, report.table()
+    # with the compression event (the passkey's context ends before its question) too
+    report = smol.diff("causal", "quest:capacity=256", probe="passkey:length=200")
+    assert report.summary["exact"] and report.summary["max_abs_dlogit"] == 0.0, report.table()
     # and a capacity that does not cover it selects
     assert not smol.diff("causal", "quest:capacity=32,dense_context=false", probe=ids).summary["exact"]
 
