@@ -3,8 +3,9 @@
 Three sources, looked up in this order:
 
 * **built-ins** — the names in :data:`BUILTINS` (``causal``, ``sliding``, ``sink``, ``kmeans``,
-  ``tiered``, ``lattice``, and the standard KV-cache methods ``h2o``, ``tova``, ``scissorhands``,
-  ``snapkv``, ``pyramidkv``, ``adakv``, ``knorm``, ``keydiff``, ``expected``, ``random``;
+  ``tiered``, ``lattice``, and the standard KV-cache methods of docs/methods.md: ``h2o``, ``tova``,
+  ``scissorhands``, ``snapkv``, ``pyramidkv``, ``adakv``, ``knorm``, ``keydiff``, ``expected``,
+  ``random``, ``quest``, ``kvquant``;
   ``plugins/``, packaged as ``pyllama.plugins``);
 * **installed packages** — the ``pyllama.attention`` entry-point group, e.g. in a ``pyproject.toml``::
 
@@ -76,6 +77,8 @@ BUILTINS: dict[str, str] = {
     "keydiff": "pyllama.plugins.keydiff:KeyDiff",
     "expected": "pyllama.plugins.expected:Expected",
     "random": "pyllama.plugins.random:RandomEviction",
+    "quest": "pyllama.plugins.quest:Quest",
+    "kvquant": "pyllama.plugins.kvquant:KVQuant",
 }
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
@@ -284,6 +287,6 @@ def plugins_markdown() -> str:
         knobs = (
             "<br>".join(f"`{k.name}` ({k.describe_range()}, {k.describe_default()}): {k.help}" for k in info.knobs)
             or "—"
-        )
+        ).replace("|", "\\|")  # a choice's "a|b" inside a table cell
         lines.append(f"| `{info.name}` | {info.description} | {knobs} |")
     return "\n".join(lines)
