@@ -12,6 +12,8 @@ writes). Several reports against one reference, one line or point per plugin:
 ``compare_divergence_figure``, ``compare_memory_figure`` and ``pareto_figure`` (memory against mean
 KL); ``study_pareto_figure`` draws the same from a sweep's results table, a front per plugin family.
 ``nll_figure`` draws per-position negative log-likelihoods of several plugins.
+``held_positions_figure`` draws which positions each plugin holds as a sequence goes on (from
+``held_positions_record``: one layer and KV head, a panel per plugin).
 
     fig = divergence_figure(report); fig.savefig("divergence.png")
     fig = pareto_figure([m.diff("causal", spec) for spec in ("sliding:64", "sink:4,60", "lattice")])
@@ -25,6 +27,7 @@ from pyllama.plots.compare import (
     pareto_front,
     study_pareto_figure,
 )
+from pyllama.plots.held import HeldRecord, held_positions_figure, held_positions_record
 from pyllama.plots.report import (
     divergence_figure,
     layer_error_figure,
@@ -37,9 +40,12 @@ from pyllama.plots.style import OKABE_ITO
 
 __all__ = [
     "OKABE_ITO",
+    "HeldRecord",
     "compare_divergence_figure",
     "compare_memory_figure",
     "divergence_figure",
+    "held_positions_figure",
+    "held_positions_record",
     "key_distance_figure",
     "layer_error_figure",
     "memory_figure",
