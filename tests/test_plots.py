@@ -220,3 +220,18 @@ def test_comparison_figures_need_data():
             make([])
     with pytest.raises(ValueError, match="at least one curve"):
         plots.nll_figure({})
+
+
+def test_causal_bytes_count_the_models_own_windows():
+    """On a model with sliding-window layers causal holds each local layer's window only: the
+    report's causal curve (and its bytes ratios) count that, not every position on every layer."""
+    import dataclasses
+
+    plain = fake_report("sink:4,8", 1)
+    windowed = dataclasses.replace(plain, layer_windows=(4, 0, 4))
+    per_layer = KV_BYTES // N_LAYERS
+    for pos in (0, 3, 4, 11):
+        assert plain.causal_bytes(pos) == (pos + 1) * KV_BYTES
+        assert windowed.causal_bytes(pos) == per_layer * (2 * min(pos + 1, 4) + (pos + 1))
+    x = np.arange(12)
+    assert windowed.causal_bytes_curve(x).tolist() == [windowed.causal_bytes(p) for p in range(12)]

@@ -120,6 +120,7 @@ def run_diff(
         probe=pr.name,
         n_layers=config.n_layers,
         kv_bytes_per_position=2 * config.n_layers * config.kv_dim * 4,
+        layer_windows=tuple(int(w) for w in config.layer_windows) if any(config.layer_windows) else (),
         segments=seg_infos,
         recall=_recall_rows(pr, seg_infos, offsets, cols),
         retrieval=retrieval,

@@ -92,6 +92,8 @@ class DiffReport:
     seconds: float = 0.0
     threads: int = 1
     inputs: dict[str, str] = field(default_factory=dict)  # the files the diff read: no writer replaces them
+    # the model's attention window per layer (0 = global; empty: every layer global), for causal_bytes
+    layer_windows: tuple[int, ...] = ()
 
     # ---- derived per position -----------------------------------------------------------------
     @property
@@ -140,8 +142,18 @@ class DiffReport:
         return bool(self.n_positions > 0 and float(self.max_abs_dlogit.max()) == 0.0)
 
     def causal_bytes(self, position: int) -> int:
-        """What exact dense attention holds after ``position`` (0-based): every position so far."""
-        return (int(position) + 1) * self.kv_bytes_per_position
+        """What ``causal`` holds after ``position`` (0-based): every position so far on a global
+        layer, the model's window on a local one (Gemma 3's sliding-window layers)."""
+        return int(self.causal_bytes_curve(np.array([position]))[0])
+
+    def causal_bytes_curve(self, positions: np.ndarray) -> np.ndarray:
+        """``causal_bytes`` at each of ``positions`` (int64)."""
+        seen = np.asarray(positions, dtype=np.int64) + 1
+        if not self.layer_windows:
+            return seen * self.kv_bytes_per_position
+        per_layer = self.kv_bytes_per_position // max(self.n_layers, 1)
+        held = sum(np.minimum(seen, w) if w > 0 else seen for w in self.layer_windows)
+        return np.asarray(held, dtype=np.int64) * per_layer
 
     # ---- summary --------------------------------------------------------------------------------
     @cached_property

@@ -305,7 +305,7 @@ def score_retrieval(
             continue
         scored = np.arange(t.start - 1, t.start + t.length - 1)  # the rows predicting the scored tokens
         kept = np.zeros((scored.size, config.dim), dtype=np.float32)
-        capture = DiffCapture(plugin, config, hidden=hidden, label=label)
+        capture = DiffCapture(engine.attention, config, hidden=hidden, label=label)
         engine.set_observer(capture)
         engine.reset()
         try:
@@ -317,7 +317,7 @@ def score_retrieval(
                 kept[inside] = hidden[scored[inside] - c0]
         finally:
             engine.set_observer(None)
-        memory.append(checked_memory_bytes(plugin, label))
+        memory.append(checked_memory_bytes(engine.attention, label))  # a split model's local layers too
         positions += len(seg)
         logits = np.zeros((scored.size, config.vocab_size), dtype=np.float32)
         classify_block(model.weights.classifier, kept, logits, n_threads)

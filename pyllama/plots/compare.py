@@ -88,11 +88,11 @@ def compare_memory_figure(reports: Sequence[DiffReport], *, context: int | None 
     x = np.arange(last + 1)
     ax.plot(
         x,
-        (x + 1) * reports[0].kv_bytes_per_position / 1024,
+        reports[0].causal_bytes_curve(x) / 1024,
         color=COLOR_REF,
         ls=":",
         lw=1.0,
-        label="dense cache (every position)",
+        label="causal (the model's windows)" if reports[0].layer_windows else "dense cache (every position)",
         zorder=1,
     )
     context_line(ax, context)

@@ -109,10 +109,17 @@ def _draw_layers(ax, report, fig) -> None:
 def _draw_memory(ax, report) -> None:
     x, ma = by_position(report, report.mem_a.astype(np.float64), "max")
     _, mb = by_position(report, report.mem_b.astype(np.float64), "max")
-    causal = (x + 1) * report.kv_bytes_per_position
+    causal = report.causal_bytes_curve(x)
     ax.plot(x, ma / 1024, color=COLOR_A, lw=1.6, label=f"A: {report.a}")
     ax.plot(x, mb / 1024, color=COLOR_B, lw=1.6, ls="-." if np.array_equal(ma, mb) else "-", label=f"B: {report.b}")
-    ax.plot(x, causal / 1024, color=COLOR_REF, ls=":", lw=1.0, label="dense cache (causal)")
+    ax.plot(
+        x,
+        causal / 1024,
+        color=COLOR_REF,
+        ls=":",
+        lw=1.0,
+        label="causal (the model's windows)" if report.layer_windows else "dense cache (causal)",
+    )
     ax.set_ylabel("cache held [KiB]")
     ax.set_title("memory_bytes() after each position")
     ax.legend(loc="upper left", fontsize="small", frameon=False)

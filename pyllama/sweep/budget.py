@@ -53,7 +53,7 @@ class BudgetSizer:
             n = min(len(self.tokens), engine.max_positions, self.reference_positions)
             # blocks of positions: the same cache (the same bits) as one forward each, much faster
             engine.forward_block(np.ascontiguousarray(self.tokens[:n], dtype=np.int32), 0)
-            self._bytes[spec] = int(plugin.memory_bytes())
+            self._bytes[spec] = int(engine.attention.memory_bytes())  # with the local layers of a split model
         return self._bytes[spec]
 
     def size(self, spec: str, knob: str, budget: int, where: str) -> tuple[str, dict[str, Any], int]:
