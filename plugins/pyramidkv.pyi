@@ -1,9 +1,11 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.observed import ObservedAttention
 from pyllama.config import ModelConfig
 
-class PyramidKV(Attention):
+@disjoint_base
+class PyramidKV(ObservedAttention):
     kernel: int
     pool: str
     beta: int

@@ -1,9 +1,9 @@
 import numpy as np
 
-from pyllama.attention.base import Attention
+from pyllama.attention.observed import ObservedAttention
 from pyllama.config import ModelConfig
 
-class SnapKV(Attention):
+class SnapKV(ObservedAttention):
     kernel: int
     pool: str
     def __init__(
