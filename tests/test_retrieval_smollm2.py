@@ -64,7 +64,7 @@ def test_sink_with_a_window_covering_the_key_retrieves(smollm2, passkey):
 # The one point of the default grid where the model itself does not find the key: the needle 8,127
 # positions back, at the edge of its 8,192-token context. llama.cpp, given the same token ids (f32 K/V
 # cache, greedy), also answers "1. The pass key" there instead of the digits, so the point is the
-# model's failure, not the engine's (README, "Exact attention and llama.cpp").
+# model's failure, not the engine's (docs/probes.md, "Exact attention and llama.cpp").
 MODEL_FAILS = {"passkey-d0-n8192"}
 
 

@@ -281,7 +281,7 @@ def plugin_infos(include_errors: bool = True) -> list[PluginInfo]:
 
 
 def plugins_markdown() -> str:
-    """The README table: one row per plugin, its knobs with types and defaults."""
+    """The table of docs/plugins.md: one row per plugin, its knobs with types and defaults."""
     lines = ["| plugin | what it keeps | knobs (type, default) |", "| --- | --- | --- |"]
     for info in plugin_infos(include_errors=False):
         knobs = (

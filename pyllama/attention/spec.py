@@ -9,7 +9,7 @@ A plugin class declares its knobs once::
         Knob("shift", bool, False, "re-assign positions inside the cache"),
     )
 
-and that one declaration drives the parser, ``pyllama plugins`` and the README table.
+and that one declaration drives the parser, ``pyllama plugins`` and the table of docs/plugins.md.
 
 Grammar: ``NAME[:ARG,ARG,...]`` (``path/to/file.py:Class[:ARGS]`` for a local file, ``.pyx`` for Cython). An ARG is
 

@@ -160,8 +160,8 @@ def download(names, as_list, cache_dir, progress):
 
     \b
     A model's tokenizer comes with it (tokenizer.bin for stories15M/42M/110M, tok512 for
-    stories260K; a GGUF model carries its own). Each file comes under its own licence (README,
-    Models). Afterwards -c/-z take the name anywhere:
+    stories260K; a GGUF model carries its own). Each file comes under its own licence
+    (docs/models.md). Afterwards -c/-z take the name anywhere:
       pyllama download stories15M
       pyllama generate -c stories15M -i "Once upon a time"
     $PYLLAMA_DOWNLOAD_MIRROR=URL fetches MIRROR/FILENAME instead of the public URLs.

@@ -13,7 +13,7 @@ __all__ = ["plugins"]
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, origin, description, knobs, error}.")
-@click.option("--markdown", is_flag=True, help="Print the README table of plugins and knobs.")
+@click.option("--markdown", is_flag=True, help="Print the table of plugins and knobs (docs/plugins.md).")
 def plugins(as_json, markdown):
     """List every attention plugin: built-ins, installed (entry point group pyllama.attention), registered.
 

@@ -47,7 +47,7 @@
  * and BW; VNNI when the CPU has it) the integer part takes two blocks per 512-bit register (and two rows
  * of an eight-row group); its lanes are the AVX2 lanes, converted and fused into the same 8-lane float
  * chain block by block, so an AVX-512 build gives the AVX2 bits too. BF16 keeps its 32 float lanes in two
- * zmm registers. ``PYLLAMA_EMULATE_AVX512`` builds that path on a CPU without AVX-512 (README, Build
+ * zmm registers. ``PYLLAMA_EMULATE_AVX512`` builds that path on a CPU without AVX-512 (docs/speed.md, Build
  * options), which is how a machine of either kind tests it.
  */
 #ifndef PYLLAMA_QLEGACY_H
