@@ -242,11 +242,13 @@ def create_plugin(spec: str | PluginSpec | Attention | None) -> Attention:
     if isinstance(resolved, Attention):
         return resolved
     try:
-        return resolved.cls(**resolved.values)
+        plugin = resolved.cls(**resolved.values)
     except PluginError:
         raise
     except (TypeError, ValueError, OverflowError, MemoryError) as exc:
         raise PluginError(f"{resolved.canonical}: {exc}") from exc
+    plugin.layer_policy = resolved.shared.get("layers", "all")
+    return plugin
 
 
 def plugin_infos(include_errors: bool = True) -> list[PluginInfo]:
