@@ -324,6 +324,33 @@ static inline __attribute__((always_inline)) void pyllama_tile4_kquant(int kind,
     for (int p = 0; p < 4; p++) out[p * out_stride] = pyllama_kquant_finish(kind, &k[p]);
 }
 
+static float pyllama_dot_q2_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+    return pyllama_dot_kquant(PYLLAMA_Q2_K, w, a, n);
+}
+static float pyllama_dot_q3_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+    return pyllama_dot_kquant(PYLLAMA_Q3_K, w, a, n);
+}
+static float pyllama_dot_q4_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+    return pyllama_dot_kquant(PYLLAMA_Q4_K, w, a, n);
+}
+static float pyllama_dot_q5_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+    return pyllama_dot_kquant(PYLLAMA_Q5_K, w, a, n);
+}
+static float pyllama_dot_q6_k(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n) {
+    return pyllama_dot_kquant(PYLLAMA_Q6_K, w, a, n);
+}
+
+#define PYLLAMA_KQUANT_TILE(name, KIND)                                                                \
+    static void name(const uint8_t* w, const pyllama_qact* a, ptrdiff_t n, float* out, ptrdiff_t stride) { \
+        pyllama_tile4_kquant(KIND, w, a, n, out, stride);                                               \
+    }
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q2_k, PYLLAMA_Q2_K)
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q3_k, PYLLAMA_Q3_K)
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q4_k, PYLLAMA_Q4_K)
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q5_k, PYLLAMA_Q5_K)
+PYLLAMA_KQUANT_TILE(pyllama_tile4_q6_k, PYLLAMA_Q6_K)
+#undef PYLLAMA_KQUANT_TILE
+
 /* row r as float32: w = (d * sc) * q - dmin * m, with one rounding for the last step (fmaf) */
 static void pyllama_dequantize_kquant(int kind, const uint8_t* data, ptrdiff_t r, float* out, ptrdiff_t cols) {
     const uint8_t* row = data + r * pyllama_kquant_row_bytes(kind, cols);
@@ -339,5 +366,19 @@ static void pyllama_dequantize_kquant(int kind, const uint8_t* data, ptrdiff_t r
         }
     }
 }
+
+/* the table rows' products (qrows.h) and row dequantisers */
+#define PYLLAMA_KQUANT_TYPE(name, KIND, BYTES)                                                             \
+    PYLLAMA_ROW_PRODUCTS(name, .block = PYLLAMA_QK_K, .block_bytes = BYTES, .dot = pyllama_dot_##name,      \
+                         .tile4 = pyllama_tile4_##name)                                                     \
+    static void pyllama_dequantize_##name(const pyllama_matrix* m, ptrdiff_t r, float* out) {              \
+        pyllama_dequantize_kquant(KIND, (const uint8_t*)m->data, r, out, m->cols);                         \
+    }
+PYLLAMA_KQUANT_TYPE(q2_k, PYLLAMA_Q2_K, PYLLAMA_Q2_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q3_k, PYLLAMA_Q3_K, PYLLAMA_Q3_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q4_k, PYLLAMA_Q4_K, PYLLAMA_Q4_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q5_k, PYLLAMA_Q5_K, PYLLAMA_Q5_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q6_k, PYLLAMA_Q6_K, PYLLAMA_Q6_K_BYTES)
+#undef PYLLAMA_KQUANT_TYPE
 
 #endif /* PYLLAMA_KQUANTS_H */

@@ -11,14 +11,15 @@
  * several positions (prompts). llama.cpp repacks Q4_0 / Q4_K / IQ4_NL matrices for the same reason
  * (ggml-cpu/repack.cpp, eight rows per group).
  *
- * The packed layouts (qpacked_legacy.h, qpacked_kquants.h) hold the same bits as the file's blocks, moved;
- * the arithmetic of every element is its type's (named in those files), so a matrix multiplied from its
+ * The packed layouts (qpacked_legacy.h: Q4_0 and Q5_0) hold the same bits as the file's blocks, moved;
+ * the arithmetic of every element is its type's (named there), so a matrix multiplied from its
  * packed copy and one multiplied from the mapped file give the same bits, and the tests hold them equal.
  * A matrix whose row count is not a multiple of 16 has its last group padded with zero rows, whose
  * outputs are never stored.
  *
  * The copy is made lazily, once per matrix and process, on the first product that needs it
- * (kernels/packing.pyx; PYLLAMA_REPACK=off keeps every product on the mapped file).
+ * (qproduct.pyx's PackedCopy, which the tensor keeps; PYLLAMA_REPACK=off keeps every product on the
+ * mapped file).
  *
  * The vector layer below is what lets each kernel be written once: a "vector" is LANES rows' 4-byte
  * slots (16 in a zmm, 8 in a ymm, 1 in a uint32 on the portable path), and a group of 16 rows is 16 /
