@@ -97,12 +97,13 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q4_0(const uint8
             const pv_f dw = PV_HALVES(blk + 2 * PV_LANES * part);
             for (int p = 0; p < P; p++) {
                 const ptrdiff_t e = PYLLAMA_QK * b;
-                pv_i t = PV_SET32(a[p].o32[b]);
+                /* two chains of exact int32 sums, so that one position does not wait on each dot's latency */
+                pv_i tl = PV_SET32(a[p].o32[b]), th = PV_ZERO();
                 for (int j = 0; j < 4; j++) {
-                    t = PV_DOT4(t, lo[j], PV_X4(a[p], e + 4 * j));
-                    t = PV_DOT4(t, hi[j], PV_X4(a[p], e + 16 + 4 * j));
+                    tl = PV_DOT4(tl, lo[j], PV_X4(a[p], e + 4 * j));
+                    th = PV_DOT4(th, hi[j], PV_X4(a[p], e + 16 + 4 * j));
                 }
-                acc[p] = PV_FMA(PV_CVT(t), PV_MULF(dw, PV_SETF(a[p].d[b])), acc[p]);
+                acc[p] = PV_FMA(PV_CVT(PV_ADD32(tl, th)), PV_MULF(dw, PV_SETF(a[p].d[b])), acc[p]);
             }
         }
         for (int p = 0; p < P; p++) pv_store(out + p * out_stride + PV_LANES * part, acc[p], n_rows - PV_LANES * part);
