@@ -1,4 +1,4 @@
-"""The packed copies of Q4_0 and Q5_0 matrices (kernels/qpacked.h): the same bits as the file's layout.
+"""The packed copies of Q4_0, Q5_0, Q4_K and Q6_K matrices (kernels/qpacked.h): the file layout's bits.
 
 A product through the packed copy (the default) and one that reads the memory-mapped blocks
 (``packed=False``, or ``PYLLAMA_REPACK=off``) must agree bit for bit, for one position and for blocks of
@@ -22,7 +22,8 @@ from pyllama.kernels.matvec import matmul_many_tensors, matmul_tensor, matvec_te
 from pyllama.model import Model
 
 F32 = np.float32
-GROUP_BLOCK_BYTES = {G.Q4_0: 16 * 18, G.Q5_0: 16 * 22}  # 16 rows' blocks of 32 values
+# (values per block, bytes of 16 rows' blocks in the packed copy)
+GROUP_BLOCKS = {G.Q4_0: (32, 16 * 18), G.Q5_0: (32, 16 * 22), G.Q4_K: (256, 2368), G.Q6_K: (256, 16 * 210)}
 
 
 def _tensor(ggml_type: G, rows: int, cols: int, seed: int) -> Tensor:
@@ -36,10 +37,13 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 @pytest.mark.parametrize(
     ("ggml_type", "rows"),
-    [(G.Q4_0, 8), (G.Q4_0, 40), (G.Q4_0, 64), (G.Q5_0, 1), (G.Q5_0, 17), (G.Q5_0, 33), (G.Q5_0, 48)],
+    [(G.Q4_0, 8), (G.Q4_0, 40), (G.Q4_0, 64), (G.Q5_0, 1), (G.Q5_0, 17), (G.Q5_0, 33), (G.Q5_0, 48)]
+    + [(t, rows) for t in (G.Q4_K, G.Q6_K) for rows in (1, 7, 24, 33)],
 )
-@pytest.mark.parametrize("cols", [32, 160])
-def test_packed_products_equal_the_mapped_ones_bit_for_bit(ggml_type, rows, cols):
+@pytest.mark.parametrize("blocks", [1, 5])
+def test_packed_products_equal_the_mapped_ones_bit_for_bit(ggml_type, rows, blocks):
+    block, group_block_bytes = GROUP_BLOCKS[ggml_type]
+    cols = block * blocks
     t = _tensor(ggml_type, rows, cols, rows * 100 + cols)
     rng = np.random.default_rng(cols)
     xs = (rng.standard_normal((11, cols)) * rng.uniform(0.01, 30.0, (11, 1))).astype(F32)
@@ -51,7 +55,7 @@ def test_packed_products_equal_the_mapped_ones_bit_for_bit(ggml_type, rows, cols
         for n_pos in (2, 3, 8, 11):  # tiles of 8 (Q4_0) or 2 (Q5_0), and the positions left over
             assert _same(matmul_tensor(t, xs[:n_pos], threads), mapped_block[:n_pos]), (threads, n_pos)
     copy = packing_of(t)
-    assert copy.ready and copy.nbytes == -(-rows // 16) * (cols // 32) * GROUP_BLOCK_BYTES[ggml_type]
+    assert copy.ready and copy.nbytes == -(-rows // 16) * blocks * group_block_bytes
 
 
 def test_grouped_products_mix_packed_and_mapped_matrices():

@@ -367,18 +367,19 @@ static void pyllama_dequantize_kquant(int kind, const uint8_t* data, ptrdiff_t r
     }
 }
 
-/* the table rows' products (qrows.h) and row dequantisers */
-#define PYLLAMA_KQUANT_TYPE(name, KIND, BYTES)                                                             \
-    PYLLAMA_ROW_PRODUCTS(name, .block = PYLLAMA_QK_K, .block_bytes = BYTES, .dot = pyllama_dot_##name,      \
+/* the table rows' products (qrows.h) and row dequantisers; Q4_K's and Q6_K's are those of a matrix without
+   its packed copy (qpacked_kquants.h names the row's) */
+#define PYLLAMA_KQUANT_TYPE(name, products, KIND, BYTES)                                                   \
+    PYLLAMA_ROW_PRODUCTS(products, .block = PYLLAMA_QK_K, .block_bytes = BYTES, .dot = pyllama_dot_##name,  \
                          .tile4 = pyllama_tile4_##name)                                                     \
     static void pyllama_dequantize_##name(const pyllama_matrix* m, ptrdiff_t r, float* out) {              \
         pyllama_dequantize_kquant(KIND, (const uint8_t*)m->data, r, out, m->cols);                         \
     }
-PYLLAMA_KQUANT_TYPE(q2_k, PYLLAMA_Q2_K, PYLLAMA_Q2_K_BYTES)
-PYLLAMA_KQUANT_TYPE(q3_k, PYLLAMA_Q3_K, PYLLAMA_Q3_K_BYTES)
-PYLLAMA_KQUANT_TYPE(q4_k, PYLLAMA_Q4_K, PYLLAMA_Q4_K_BYTES)
-PYLLAMA_KQUANT_TYPE(q5_k, PYLLAMA_Q5_K, PYLLAMA_Q5_K_BYTES)
-PYLLAMA_KQUANT_TYPE(q6_k, PYLLAMA_Q6_K, PYLLAMA_Q6_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q2_k, q2_k, PYLLAMA_Q2_K, PYLLAMA_Q2_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q3_k, q3_k, PYLLAMA_Q3_K, PYLLAMA_Q3_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q4_k, q4_k_mapped, PYLLAMA_Q4_K, PYLLAMA_Q4_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q5_k, q5_k, PYLLAMA_Q5_K, PYLLAMA_Q5_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q6_k, q6_k_mapped, PYLLAMA_Q6_K, PYLLAMA_Q6_K_BYTES)
 #undef PYLLAMA_KQUANT_TYPE
 
 #endif /* PYLLAMA_KQUANTS_H */

@@ -11,7 +11,7 @@
  * several positions (prompts). llama.cpp repacks Q4_0 / Q4_K / IQ4_NL matrices for the same reason
  * (ggml-cpu/repack.cpp, eight rows per group).
  *
- * The packed layouts (qpacked_legacy.h: Q4_0 and Q5_0) hold the same bits as the file's blocks, moved;
+ * The packed layouts (qpacked_legacy.h: Q4_0 and Q5_0; qpacked_kquants.h: Q4_K) hold the same bits as the file's blocks, moved;
  * the arithmetic of every element is its type's (named there), so a matrix multiplied from its
  * packed copy and one multiplied from the mapped file give the same bits, and the tests hold them equal.
  * A matrix whose row count is not a multiple of 16 has its last group padded with zero rows, whose
@@ -226,8 +226,8 @@ static inline uint32_t pv_dot2(uint32_t acc, uint32_t a, uint32_t b) {
    (P a constant after inlining: 1 for decode, PT in a block, 1 for the positions left over), writing
    only its first n_rows rows. Every element is the same arithmetic whatever P. */
 #define PYLLAMA_PACKED_PRODUCTS(name, TILE, PT, BLOCK, GROUP_BLOCK_BYTES)                                      \
-    static void pyllama_pvec_##name(const pyllama_matrix* m, ptrdiff_t u0, ptrdiff_t u1, const pyllama_acts* a,  \
-                                    float* out) {                                                               \
+    __attribute__((unused)) static void pyllama_pvec_##name(const pyllama_matrix* m, ptrdiff_t u0, ptrdiff_t u1, \
+                                                            const pyllama_acts* a, float* out) {                \
         const ptrdiff_t nb = m->cols / (BLOCK), group_bytes = nb * (GROUP_BLOCK_BYTES);                         \
         const uint8_t* w = (const uint8_t*)m->packed;                                                           \
         const pyllama_qact a0 = pyllama_act_at(a, 0);                                                          \
@@ -268,6 +268,23 @@ static inline uint32_t pv_dot2(uint32_t acc, uint32_t a, uint32_t b) {
                                    float* out) {                                                                \
         if (m->packed) pyllama_pvec_##name(m, u0, u1, a, out);                                                  \
         else pyllama_vec_##name##_mapped(m, u0, u1, a, out);                                                    \
+    }                                                                                                           \
+    static void pyllama_mat_##name(const pyllama_matrix* m, ptrdiff_t u0, ptrdiff_t u1, const pyllama_acts* a,   \
+                                   float* out) {                                                                \
+        if (m->packed) pyllama_pmat_##name(m, u0, u1, a, out);                                                  \
+        else pyllama_mat_##name##_mapped(m, u0, u1, a, out);                                                    \
+    }
+
+/* the same for a type whose packed copy serves blocks of positions only: its single-vector product (decode)
+   reads the file's layout, where its tile of one position was measured slower (Q6_K). Both give the
+   same bits. */
+#define PYLLAMA_PACKED_BLOCKS_OR_MAPPED(name)                                                                   \
+    static ptrdiff_t pyllama_units_##name(const pyllama_matrix* m, ptrdiff_t n_pos) {                           \
+        return m->packed && n_pos > 1 ? pyllama_pack_groups(m->rows) : pyllama_units_##name##_mapped(m, n_pos);  \
+    }                                                                                                           \
+    static void pyllama_vec_##name(const pyllama_matrix* m, ptrdiff_t u0, ptrdiff_t u1, const pyllama_acts* a,   \
+                                   float* out) {                                                                \
+        pyllama_vec_##name##_mapped(m, u0, u1, a, out);                                                         \
     }                                                                                                           \
     static void pyllama_mat_##name(const pyllama_matrix* m, ptrdiff_t u0, ptrdiff_t u1, const pyllama_acts* a,   \
                                    float* out) {                                                                \
