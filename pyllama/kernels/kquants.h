@@ -36,7 +36,8 @@
  * * the row's result is ggml's ``hsum_float_8``, ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus Q4_K's
  *   (m0+m2)+(m1+m3) or Q5_K's scalar.
  *
- * Every Q4_K matrix takes the ``vec_dot`` order above, whatever its row count. Newer llama.cpp builds
+ * Every Q4_K matrix takes the ``vec_dot`` order above, whatever its row count, from the file's layout or
+ * from its packed copy (qpacked_kquants.h, which also packs Q6_K in this order). Newer llama.cpp builds
  * repack a Q4_K matrix of 8k rows into 8-row groups on AVX2 (``ggml_gemv_q4_K_8x8_q8_K``, another float
  * order); the build that wrote this project's llama.cpp references did not: with the ``vec_dot`` order
  * the tiny Q4_K_M and Q3_K_M models give the references' margins to their 6 decimals at every position
