@@ -1,4 +1,4 @@
-"""The packed copies of Q4_0, Q5_0, Q4_K and Q6_K matrices (kernels/qpacked.h): the file layout's bits.
+"""The packed copies of Q4_0, Q5_0, Q4_K, Q5_K and Q6_K matrices (kernels/qpacked.h): the file's bits.
 
 A product through the packed copy (the default) and one that reads the memory-mapped blocks
 (``packed=False``, or ``PYLLAMA_REPACK=off``) must agree bit for bit, for one position and for blocks of
@@ -23,7 +23,13 @@ from pyllama.model import Model
 
 F32 = np.float32
 # (values per block, bytes of 16 rows' blocks in the packed copy)
-GROUP_BLOCKS = {G.Q4_0: (32, 16 * 18), G.Q5_0: (32, 16 * 22), G.Q4_K: (256, 2368), G.Q6_K: (256, 16 * 210)}
+GROUP_BLOCKS = {
+    G.Q4_0: (32, 16 * 18),
+    G.Q5_0: (32, 16 * 22),
+    G.Q4_K: (256, 2368),
+    G.Q5_K: (256, 2880),
+    G.Q6_K: (256, 16 * 210),
+}
 
 
 def _tensor(ggml_type: G, rows: int, cols: int, seed: int) -> Tensor:
@@ -38,7 +44,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 @pytest.mark.parametrize(
     ("ggml_type", "rows"),
     [(G.Q4_0, 8), (G.Q4_0, 40), (G.Q4_0, 64), (G.Q5_0, 1), (G.Q5_0, 17), (G.Q5_0, 33), (G.Q5_0, 48)]
-    + [(t, rows) for t in (G.Q4_K, G.Q6_K) for rows in (1, 7, 24, 33)],
+    + [(t, rows) for t in (G.Q4_K, G.Q5_K, G.Q6_K) for rows in (1, 7, 24, 33)],
 )
 @pytest.mark.parametrize("blocks", [1, 5])
 def test_packed_products_equal_the_mapped_ones_bit_for_bit(ggml_type, rows, blocks):

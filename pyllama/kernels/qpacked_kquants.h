@@ -38,6 +38,8 @@
 #define PYLLAMA_K4_SC 64
 #define PYLLAMA_K4_MN 192
 #define PYLLAMA_K4_QS 320
+#define PYLLAMA_Q5_K_GROUP_BYTES 2880
+#define PYLLAMA_K5_MASKS 2368
 #define PYLLAMA_Q6_K_GROUP_BYTES 3360
 #define PYLLAMA_K6_SC 32
 #define PYLLAMA_K6_QL 288
@@ -48,8 +50,8 @@ static ptrdiff_t pyllama_packed_bytes_q4_k(ptrdiff_t rows, ptrdiff_t cols) {
 }
 
 /* row r (< 16) of a group's super-block from the file's block src, into the zeroed group block dst */
-static void pyllama_pack_q4_k_row(const uint8_t* src, int r, uint8_t* dst) {
-    const uint8_t* qs = src + 16;
+static void pyllama_pack_k45_row(int kind, const uint8_t* src, int r, uint8_t* dst) {
+    const uint8_t* qs = src + (kind == PYLLAMA_Q4_K ? 16 : 48);
     memcpy(dst + 2 * r, src, 2);
     memcpy(dst + 32 + 2 * r, src + 2, 2);
     for (int s = 0; s < 8; s++) {
@@ -60,18 +62,38 @@ static void pyllama_pack_q4_k_row(const uint8_t* src, int r, uint8_t* dst) {
     }
     for (int c = 0; c < 4; c++)
         for (int g = 0; g < 8; g++) memcpy(dst + PYLLAMA_K4_QS + 64 * (8 * c + g) + 4 * r, qs + 32 * c + 4 * g, 4);
+    if (kind != PYLLAMA_Q5_K) return;
+    const uint8_t* qh = src + 16; /* element 64 c + 32 h + j's fifth bit: bit 2 c + h of qh[j] */
+    for (int c = 0; c < 4; c++)
+        for (int g = 0; g < 8; g++)
+            for (int h = 0; h < 2; h++) {
+                uint8_t* mask = dst + PYLLAMA_K5_MASKS + 8 * (16 * c + 2 * g + h);
+                for (int k = 0; k < 4; k++)
+                    if ((qh[4 * g + k] >> (2 * c + h)) & 1) mask[(4 * r + k) / 8] |= (uint8_t)(1u << ((4 * r + k) % 8));
+            }
 }
 
-static void pyllama_pack_q4_k(const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
-    const ptrdiff_t nb = m->cols / PYLLAMA_QK_K, bytes = PYLLAMA_Q4_K_BYTES, group_block = PYLLAMA_Q4_K_GROUP_BYTES;
+static void pyllama_pack_k45(int kind, const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
+    const ptrdiff_t nb = m->cols / PYLLAMA_QK_K, bytes = pyllama_kquant_bytes[kind];
+    const ptrdiff_t group_block = kind == PYLLAMA_Q4_K ? PYLLAMA_Q4_K_GROUP_BYTES : PYLLAMA_Q5_K_GROUP_BYTES;
     for (ptrdiff_t g = g0; g < g1; g++) {
         uint8_t* dst_group = out + g * nb * group_block;
         memset(dst_group, 0, (size_t)(nb * group_block));
         for (int r = 0; r < PYLLAMA_PACK_ROWS && PYLLAMA_PACK_ROWS * g + r < m->rows; r++) {
             const uint8_t* src_row = (const uint8_t*)m->data + (PYLLAMA_PACK_ROWS * g + r) * nb * bytes;
-            for (ptrdiff_t b = 0; b < nb; b++) pyllama_pack_q4_k_row(src_row + b * bytes, r, dst_group + b * group_block);
+            for (ptrdiff_t b = 0; b < nb; b++)
+                pyllama_pack_k45_row(kind, src_row + b * bytes, r, dst_group + b * group_block);
         }
     }
+}
+static void pyllama_pack_q4_k(const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
+    pyllama_pack_k45(PYLLAMA_Q4_K, m, g0, g1, out);
+}
+static ptrdiff_t pyllama_packed_bytes_q5_k(ptrdiff_t rows, ptrdiff_t cols) {
+    return pyllama_pack_groups(rows) * (cols / PYLLAMA_QK_K) * PYLLAMA_Q5_K_GROUP_BYTES;
+}
+static void pyllama_pack_q5_k(const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
+    pyllama_pack_k45(PYLLAMA_Q5_K, m, g0, g1, out);
 }
 
 static ptrdiff_t pyllama_packed_bytes_q6_k(ptrdiff_t rows, ptrdiff_t cols) {
@@ -118,11 +140,14 @@ static inline int32_t pyllama_k4_bsum_pair(const pyllama_qact* a, ptrdiff_t b, i
 #define PV_SRL32(a, n) ((a) >> (n))
 #endif
 
-/* A group's rows at P positions (out[p * out_stride + r], r < n_rows), in vec_dot's order */
-static inline __attribute__((always_inline)) void pyllama_ptile_q4_k(const uint8_t* g, ptrdiff_t nb,
-                                                                     const pyllama_qact* a, const int P, float* out,
-                                                                     ptrdiff_t out_stride, int n_rows) {
-    const pv_i m4 = PV_SET8(15);
+/* A group's rows at P positions (out[p * out_stride + r], r < n_rows), in vec_dot's order, Q4_K or Q5_K
+   (kind): Q5_K adds 16 where an element's fifth bit is set and keeps its mins in one accumulator, as
+   vec_dot's summs = fma(-d_x dmin_w, sum_j (m_2j bsum_2j + m_2j+1 bsum_2j+1), summs) */
+static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, const uint8_t* g, ptrdiff_t nb,
+                                                                    const pyllama_qact* a, const int P, float* out,
+                                                                    ptrdiff_t out_stride, int n_rows) {
+    const ptrdiff_t group_block = kind == PYLLAMA_Q4_K ? PYLLAMA_Q4_K_GROUP_BYTES : PYLLAMA_Q5_K_GROUP_BYTES;
+    const pv_i m4 = PV_SET8(15), sixteen = PV_SET8(16);
     for (int part = 0; part * PV_LANES < n_rows; part++) {
         const int lane0 = PV_LANES * part;
         pv_f acc[8][8], accm[8][4];
@@ -131,7 +156,7 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q4_k(const uint8
             for (int j = 0; j < 4; j++) accm[p][j] = PV_ZEROF();
         }
         for (ptrdiff_t b = 0; b < nb; b++) {
-            const uint8_t* blk = g + b * PYLLAMA_Q4_K_GROUP_BYTES;
+            const uint8_t* blk = g + b * group_block;
             pv_i lanes[8][8];
             for (int p = 0; p < P; p++)
                 for (int l = 0; l < 8; l++) lanes[p][l] = PV_ZERO();
@@ -141,9 +166,14 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q4_k(const uint8
                     const pv_i v = PV_LOAD(blk + PYLLAMA_K4_QS + 64 * (8 * c + k) + 4 * lane0);
                     lo[k] = PV_AND(v, m4);
                     hi[k] = PV_AND(PV_SRL16(v, 4), m4);
+                    if (kind == PYLLAMA_Q5_K) {
+                        const uint8_t* mask = blk + PYLLAMA_K5_MASKS + 8 * (16 * c + 2 * k);
+                        lo[k] = pv_add_where(lo[k], mask, 4 * lane0, sixteen);
+                        hi[k] = pv_add_where(hi[k], mask + 8, 4 * lane0, sixteen);
+                    }
                 }
                 /* the scales of sub-blocks 2c and 2c + 1 as int16 pairs, and each lane's two 4-term sums
-                   (|sum| <= 4 * 15 * 128 fits int16) likewise: one vpdpwssd scales and adds both */
+                   (|sum| <= 4 * 31 * 128 fits int16) likewise: one vpdpwssd scales and adds both */
                 const pv_i scales = PV_PAIR16(PV_U8(blk + PYLLAMA_K4_SC + 32 * c + lane0),
                                               PV_U8(blk + PYLLAMA_K4_SC + 32 * c + 16 + lane0));
                 for (int p = 0; p < P; p++) {
@@ -158,11 +188,14 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q4_k(const uint8
             const pv_f dw = PV_HALVES(blk + 2 * lane0), dm = PV_HALVES(blk + 32 + 2 * lane0);
             for (int p = 0; p < P; p++) {
                 const pv_f ndmin = PV_MULF(PV_SETF(-a[p].d[b]), dm), d = PV_MULF(PV_SETF(a[p].d[b]), dw);
+                pv_i imin = PV_ZERO();
                 for (int j = 0; j < 4; j++) {
                     const pv_i ml = PV_DOT2(PV_ZERO(), PV_U8PAIRS(blk + PYLLAMA_K4_MN + 32 * j + 2 * lane0),
                                             PV_SET32(pyllama_k4_bsum_pair(&a[p], b, j)));
-                    accm[p][j] = PV_FMA(ndmin, PV_CVT(ml), accm[p][j]);
+                    if (kind == PYLLAMA_Q4_K) accm[p][j] = PV_FMA(ndmin, PV_CVT(ml), accm[p][j]);
+                    else imin = PV_ADD32(imin, ml);
                 }
+                if (kind == PYLLAMA_Q5_K) accm[p][0] = PV_FMA(ndmin, PV_CVT(imin), accm[p][0]);
                 for (int l = 0; l < 8; l++) acc[p][l] = PV_FMA(d, PV_CVT(lanes[p][l]), acc[p][l]);
             }
         }
@@ -171,7 +204,7 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q4_k(const uint8
             const pv_f* m = accm[p];
             const pv_f total = PV_ADDF(PV_ADDF(PV_ADDF(s[0], s[4]), PV_ADDF(s[2], s[6])),
                                        PV_ADDF(PV_ADDF(s[1], s[5]), PV_ADDF(s[3], s[7])));
-            const pv_f mins = PV_ADDF(PV_ADDF(m[0], m[2]), PV_ADDF(m[1], m[3]));
+            const pv_f mins = kind == PYLLAMA_Q4_K ? PV_ADDF(PV_ADDF(m[0], m[2]), PV_ADDF(m[1], m[3])) : m[0];
             pv_store(out + p * out_stride + lane0, PV_ADDF(total, mins), n_rows - lane0);
         }
     }
@@ -243,8 +276,19 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8
     }
 }
 
+#define PYLLAMA_K45_TILE(name, KIND)                                                                            \
+    static inline __attribute__((always_inline)) void pyllama_ptile_##name(const uint8_t* g, ptrdiff_t nb,       \
+        const pyllama_qact* a, const int P, float* out, ptrdiff_t out_stride, int n_rows) {                     \
+        pyllama_ptile_k45(KIND, g, nb, a, P, out, out_stride, n_rows);                                          \
+    }
+PYLLAMA_K45_TILE(q4_k, PYLLAMA_Q4_K)
+PYLLAMA_K45_TILE(q5_k, PYLLAMA_Q5_K)
+#undef PYLLAMA_K45_TILE
+
 PYLLAMA_PACKED_PRODUCTS(q4_k, pyllama_ptile_q4_k, 4, PYLLAMA_QK_K, PYLLAMA_Q4_K_GROUP_BYTES)
 PYLLAMA_PACKED_OR_MAPPED(q4_k)
+PYLLAMA_PACKED_PRODUCTS(q5_k, pyllama_ptile_q5_k, 4, PYLLAMA_QK_K, PYLLAMA_Q5_K_GROUP_BYTES)
+PYLLAMA_PACKED_OR_MAPPED(q5_k)
 /* Q6_K's packed tile serves blocks only: decode from the file's layout (qpacked.h) */
 PYLLAMA_PACKED_PRODUCTS(q6_k, pyllama_ptile_q6_k, 4, PYLLAMA_QK_K, PYLLAMA_Q6_K_GROUP_BYTES)
 PYLLAMA_PACKED_BLOCKS_OR_MAPPED(q6_k)
