@@ -72,9 +72,10 @@ def test_a_per_token_allocation_would_be_seen(stories260k):
         assert long[1] - short[1] > 390 * 40
 
 
-@pytest.mark.parametrize("qtype", ["q4_1", "q4_k"])
+@pytest.mark.parametrize("qtype", ["q4_1", "q4_k", "q4_0", "q5_0"])
 def test_generation_loop_does_not_allocate_on_block_quantised_weights(tmp_path, qtype):
-    """The activation quantisation of the 4-bit and K-quant products uses the engine's buffers only."""
+    """The activation quantisation of the 4-bit and K-quant products uses the engine's buffers only; Q4_0
+    and Q5_0 matrices are packed by the warm-up's first product, once (kernels/qpacked.h)."""
     path = write_random_gguf(tmp_path / "m.gguf", qtype=qtype, dim=256, hidden_dim=512, vocab=512, context=512, seed=2)
     for short, long in _measure(path, "clean"):
         assert long == short

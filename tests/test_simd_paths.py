@@ -10,7 +10,8 @@ gguf-py's integers and the numpy emulation of ggml's float order, bit for bit
 (test_quant_kernels.py, test_kquant_order.py, test_ggml_order.py, test_ggml_attention.py: one
 query and a block's groups of queries), block products equal to one product per position
 (test_matmul.py: the Q8_0 and float32 tiles), and the diff's metrics equal to metrics.py's numpy
-(test_row_metrics.py). How each path is built here:
+(test_row_metrics.py), and the packed copies' products equal to the mapped file's (test_packed.py).
+How each path is built here:
 
 - portable: ``PYLLAMA_PORTABLE=1`` (no instruction set beyond the architecture's base);
 - avx2: on an AVX-512 CPU, the native flags with AVX-512 switched off (``-mno-avx512f``);
@@ -58,6 +59,7 @@ KERNEL_TESTS = (
     "test_matmul.py",
     "test_ggml_attention.py",
     "test_row_metrics.py",
+    "test_packed.py",
 )
 PATHS = ("portable", "avx2", "avx512", "avx512-vnni")
 

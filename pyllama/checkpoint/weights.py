@@ -1,12 +1,14 @@
 """Weights: read-only views into a memory-mapped model file, one ``Tensor`` per matrix.
 
 Loaders (llama2.c ``.bin``, GGUF) produce ``(ModelConfig, Weights)``; the engine takes raw pointers
-from these views once, when it is built. Nothing here copies or converts weight data.
+from these views once, when it is built. Nothing here copies or converts weight data; the one copy is
+a tensor's packed copy for the products (``Tensor.packing``, kernels/qpacked.h), which the kernels make
+on the first product that needs it and keep on the tensor, so that every engine of the process shares it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -26,6 +28,8 @@ class Tensor:
     data: np.ndarray  # the raw bytes as stored: float32/float16 (rows, cols) or uint8/int8 blocks
     scales: np.ndarray | None = None  # Q8_GROUPS: float32[rows * cols // group_size]
     group_size: int = 0
+    # the kernels' packed copy of this matrix (pyllama.kernels.qproduct.PackedCopy), made on first use
+    packing: object = field(default=None, repr=False, compare=False)
 
     @property
     def nbytes(self) -> int:

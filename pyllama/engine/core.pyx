@@ -109,7 +109,7 @@ cdef class Engine:
     cdef int _bind_weights(self, object weights) except -1:
         cdef int li
         cdef LayerPtrs* lp
-        self.t.weights.tok_emb = matrix_of(weights.token_embedding)
+        self.t.weights.tok_emb = matrix_of(weights.token_embedding, False)  # rows are looked up, never multiplied
         self.t.weights.cls = matrix_of(weights.classifier)
         self.t.weights.final_norm = vector_ptr(weights.final_norm)
         self.t.weights.layers = <LayerPtrs*>calloc(self.t.config.n_layers, sizeof(LayerPtrs))

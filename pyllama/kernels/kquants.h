@@ -36,7 +36,8 @@
  * * the row's result is ggml's ``hsum_float_8``, ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus Q4_K's
  *   (m0+m2)+(m1+m3) or Q5_K's scalar.
  *
- * Every Q4_K matrix takes the ``vec_dot`` order above, whatever its row count. Newer llama.cpp builds
+ * Every Q4_K matrix takes the ``vec_dot`` order above, whatever its row count, from the file's layout or
+ * from its packed copy (qpacked_kquants.h, which also packs Q6_K in this order). Newer llama.cpp builds
  * repack a Q4_K matrix of 8k rows into 8-row groups on AVX2 (``ggml_gemv_q4_K_8x8_q8_K``, another float
  * order); the build that wrote this project's llama.cpp references did not: with the ``vec_dot`` order
  * the tiny Q4_K_M and Q3_K_M models give the references' margins to their 6 decimals at every position
@@ -367,18 +368,19 @@ static void pyllama_dequantize_kquant(int kind, const uint8_t* data, ptrdiff_t r
     }
 }
 
-/* the table rows' products (qrows.h) and row dequantisers */
-#define PYLLAMA_KQUANT_TYPE(name, KIND, BYTES)                                                             \
-    PYLLAMA_ROW_PRODUCTS(name, .block = PYLLAMA_QK_K, .block_bytes = BYTES, .dot = pyllama_dot_##name,      \
+/* the table rows' products (qrows.h) and row dequantisers; Q4_K's and Q6_K's are those of a matrix without
+   its packed copy (qpacked_kquants.h names the row's) */
+#define PYLLAMA_KQUANT_TYPE(name, products, KIND, BYTES)                                                   \
+    PYLLAMA_ROW_PRODUCTS(products, .block = PYLLAMA_QK_K, .block_bytes = BYTES, .dot = pyllama_dot_##name,  \
                          .tile4 = pyllama_tile4_##name)                                                     \
     static void pyllama_dequantize_##name(const pyllama_matrix* m, ptrdiff_t r, float* out) {              \
         pyllama_dequantize_kquant(KIND, (const uint8_t*)m->data, r, out, m->cols);                         \
     }
-PYLLAMA_KQUANT_TYPE(q2_k, PYLLAMA_Q2_K, PYLLAMA_Q2_K_BYTES)
-PYLLAMA_KQUANT_TYPE(q3_k, PYLLAMA_Q3_K, PYLLAMA_Q3_K_BYTES)
-PYLLAMA_KQUANT_TYPE(q4_k, PYLLAMA_Q4_K, PYLLAMA_Q4_K_BYTES)
-PYLLAMA_KQUANT_TYPE(q5_k, PYLLAMA_Q5_K, PYLLAMA_Q5_K_BYTES)
-PYLLAMA_KQUANT_TYPE(q6_k, PYLLAMA_Q6_K, PYLLAMA_Q6_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q2_k, q2_k, PYLLAMA_Q2_K, PYLLAMA_Q2_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q3_k, q3_k, PYLLAMA_Q3_K, PYLLAMA_Q3_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q4_k, q4_k_mapped, PYLLAMA_Q4_K, PYLLAMA_Q4_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q5_k, q5_k_mapped, PYLLAMA_Q5_K, PYLLAMA_Q5_K_BYTES)
+PYLLAMA_KQUANT_TYPE(q6_k, q6_k_mapped, PYLLAMA_Q6_K, PYLLAMA_Q6_K_BYTES)
 #undef PYLLAMA_KQUANT_TYPE
 
 #endif /* PYLLAMA_KQUANTS_H */

@@ -286,8 +286,30 @@ static inline void pyllama_quantize_q8_0(int8_t* q, float* scales, const float* 
     }
 }
 
-/* position p of the Q8_0 activation of the 32-value types (PYLLAMA_ACT_Q8_0) */
+/* position p of the Q8_0 activation of the 32-value types (PYLLAMA_ACT_Q8_0): the int8 values and scales,
+   and, where the scratch has room (isums), the offsets from which the packed products start their sums
+   of unsigned weights times the activation (qpacked_legacy.h): -16 times the sum of each 4 values (Q5_0's
+   lanes, q - 16) and -8 times the sum of each 32 (Q4_0's blocks, q - 8), stored so that a product reads
+   each one with a broadcast load */
 static void pyllama_act_q8_0(const pyllama_acts* a, ptrdiff_t p) {
+    const int8_t* q = a->q + p * a->cols;
+    pyllama_quantize_q8_0(a->q + p * a->cols, a->d + p * a->d_stride, a->x + p * a->cols, a->cols);
+    if (a->isums == NULL) return;
+    int32_t* o4 = a->isums + p * (a->cols / 4 + a->cols / 32);
+    int32_t* o32 = o4 + a->cols / 4;
+    for (ptrdiff_t b = 0; b < a->cols / 32; b++) {
+        int32_t block = 0;
+        for (int j = 0; j < 8; j++) {
+            const int8_t* v = q + 32 * b + 4 * j;
+            const int32_t s = (int32_t)v[0] + v[1] + v[2] + v[3];
+            o4[8 * b + j] = -16 * s;
+            block += s;
+        }
+        o32[b] = -8 * block;
+    }
+}
+
+static void pyllama_act_q8_0_plain(const pyllama_acts* a, ptrdiff_t p) {
     pyllama_quantize_q8_0(a->q + p * a->cols, a->d + p * a->d_stride, a->x + p * a->cols, a->cols);
 }
 
@@ -298,7 +320,7 @@ static void pyllama_act_q8_0(const pyllama_acts* a, ptrdiff_t p) {
 static void pyllama_act_q8_0_tile(const pyllama_acts* a, ptrdiff_t p) {
     const ptrdiff_t n_blocks = a->d_stride, n_pos = a->n_pos;
     float* side_by_side = a->d + n_pos * n_blocks; /* room: the scratch holds cols * n_pos */
-    pyllama_act_q8_0(a, p);
+    pyllama_act_q8_0_plain(a, p);
     if (p < n_pos - n_pos % 4) {
         for (ptrdiff_t b = 0; b < n_blocks; b++)
             side_by_side[(p - p % 4) * n_blocks + 4 * b + p % 4] = a->d[p * n_blocks + b];

@@ -1,6 +1,7 @@
 /* The products and the row dequantisers of the 32-value block types and BF16, as their table rows
- * (qtypes.h) name them: qlegacy.h's row dots and one-row tiles, qlegacy_rows4.h's four-row tiles and
- * qlegacy_rows8.h's eight-row order of the matrices llama.cpp repacks (Q4_0, IQ4_NL).
+ * (qtypes.h) name them: qlegacy.h's row dots and one-row tiles, qlegacy_rows4.h's four-row tiles,
+ * qlegacy_rows8.h's eight-row order of the matrices llama.cpp repacks (Q4_0, IQ4_NL), and, for Q4_0 and
+ * Q5_0, qpacked_legacy.h's products on the packed copy when the matrix has one.
  */
 #ifndef PYLLAMA_QLEGACY_PRODUCTS_H
 #define PYLLAMA_QLEGACY_PRODUCTS_H
@@ -8,14 +9,17 @@
 #include "qlegacy.h"
 #include "qlegacy_rows4.h"
 #include "qlegacy_rows8.h"
+#include "qpacked_legacy.h"
 #include "qrows.h"
 
-PYLLAMA_ROW_PRODUCTS(q4_0, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q4_0_BYTES, .dot = pyllama_dot_q4_0,
+PYLLAMA_ROW_PRODUCTS(q4_0_mapped, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q4_0_BYTES, .dot = pyllama_dot_q4_0,
                      .rows8 = pyllama_dot8_q4_0_chain, .rows8x4 = pyllama_dot8x4_q4_0_chain)
+PYLLAMA_PACKED_OR_MAPPED(q4_0)
 PYLLAMA_ROW_PRODUCTS(q4_1, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q4_1_BYTES, .dot = pyllama_dot_q4_1,
                      .tile4 = pyllama_tile4_q4_1, .rows4x4 = pyllama_rows4x4_q4_1)
-PYLLAMA_ROW_PRODUCTS(q5_0, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q5_0_BYTES, .dot = pyllama_dot_q5_0,
+PYLLAMA_ROW_PRODUCTS(q5_0_mapped, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q5_0_BYTES, .dot = pyllama_dot_q5_0,
                      .tile4 = pyllama_tile4_q5_0, .rows4x4 = pyllama_rows4x4_q5_0)
+PYLLAMA_PACKED_OR_MAPPED(q5_0)
 PYLLAMA_ROW_PRODUCTS(q5_1, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q5_1_BYTES, .dot = pyllama_dot_q5_1,
                      .tile4 = pyllama_tile4_q5_1, .rows4x4 = pyllama_rows4x4_q5_1)
 PYLLAMA_ROW_PRODUCTS(iq4_nl, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_IQ4_NL_BYTES, .dot = pyllama_dot_iq4_nl,

@@ -1,10 +1,11 @@
 # The weight-type table (qtypes.h, one row per type) and the one product loop over it (see qproduct.pyx).
-from pyllama.kernels.matvec cimport Matrix, QuantScratch
+from pyllama.kernels.matvec cimport Matrix, PackSlot, QuantScratch
 
 cdef extern from "qtype.h":
     const int QTYPE_F32 "PYLLAMA_F32"
     ctypedef struct pyllama_matrix:
         const void* data
+        const void* packed
         const float* scales
         int group_size
         Py_ssize_t rows
@@ -14,6 +15,7 @@ cdef extern from "qtype.h":
         float* d
         float* s
         short* bsums
+        int* isums
         const float* x
         Py_ssize_t cols
         Py_ssize_t n_pos
@@ -35,6 +37,8 @@ cdef extern from "qtype.h":
         void (*mat)(const pyllama_matrix* m, Py_ssize_t u0, Py_ssize_t u1, const pyllama_acts* a,
                     float* out) noexcept nogil
         void (*dequantize_row)(const pyllama_matrix* m, Py_ssize_t r, float* out) noexcept nogil
+        Py_ssize_t (*packed_bytes)(Py_ssize_t rows, Py_ssize_t cols) noexcept nogil
+        void (*pack)(const pyllama_matrix* m, Py_ssize_t g0, Py_ssize_t g1, unsigned char* out) noexcept nogil
 
 # the row of a type id (Matrix.qtype)
 cdef const QTypeRow* qtype_row(int qtype) noexcept nogil
@@ -45,3 +49,17 @@ cdef void product_many(int count, float** outs, const Matrix** ms, const float* 
                        QuantScratch* scratch, int n_threads) noexcept nogil
 # out[cols] = row ``row`` of m as float32 (its type's dequantiser)
 cdef void dequantize_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil
+
+# The packed copy of one tensor (qpacked.h): made by the first product of a Matrix whose pack points at
+# its slot, once per process; the tensor holds it (Tensor.packing), so every engine shares it.
+cdef class PackedCopy:
+    cdef PackSlot slot
+    cdef readonly object source       # the tensor's stored bytes, which the packer reads
+    cdef readonly object copy         # the packed bytes (numpy), once made
+    cdef readonly int qtype
+    cdef readonly Py_ssize_t rows, cols
+    cdef readonly double seconds      # how long the packing took
+    cdef void make(self, int n_threads)
+
+# the bytes of a rows x cols matrix of type qtype packed, 0 when it is multiplied from the file's layout
+cdef Py_ssize_t packed_size(int qtype, Py_ssize_t rows, Py_ssize_t cols) noexcept nogil

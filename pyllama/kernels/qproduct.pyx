@@ -24,9 +24,13 @@ The loop reads only the rows' fields: nothing depends on the order of the type i
 
 from cython.parallel cimport parallel, prange
 
+import time
+
 import numpy as np
 
-from pyllama.kernels.matvec cimport MAX_MANY
+from pyllama.kernels.aligned import zeros_aligned
+
+from pyllama.kernels.matvec cimport MAX_MANY, PACK_MAPPED, PACK_PENDING, PACK_READY
 from pyllama.kernels.threads cimport team_barrier, team_size
 
 cdef extern from "qtypes.h":
@@ -39,6 +43,11 @@ cdef extern from "qtypes.h":
     const int ACT_Q8_K "PYLLAMA_ACT_Q8_K"
     const char* qblocks_path "pyllama_qblocks_path"() noexcept nogil
     bint qblocks_native "pyllama_qblocks_native"() noexcept nogil
+    void pack_all "pyllama_pack_all"(void (*pack)(const pyllama_matrix* m, Py_ssize_t g0, Py_ssize_t g1,
+                                                  unsigned char* out) noexcept nogil,
+                                     const pyllama_matrix* m, unsigned char* out, int n_threads) noexcept nogil
+    int slot_state "pyllama_slot_state"(const int* state) noexcept nogil
+    void slot_publish "pyllama_slot_publish"(int* state, int value) noexcept nogil
 
 
 cdef const QTypeRow* qtype_row(int qtype) noexcept nogil:
@@ -48,6 +57,9 @@ cdef const QTypeRow* qtype_row(int qtype) noexcept nogil:
 cdef inline pyllama_matrix c_matrix(const Matrix* m) noexcept nogil:
     cdef pyllama_matrix c
     c.data = m.data
+    c.packed = NULL
+    if m.pack != NULL and slot_state(&m.pack.state) == PACK_READY:
+        c.packed = m.pack.packed
     c.scales = m.scales
     c.group_size = m.group_size
     c.rows = m.rows
@@ -64,6 +76,7 @@ cdef inline pyllama_acts activations(QuantScratch* scratch, const float* x, cons
     a.d = scratch.scales
     a.s = scratch.sums
     a.bsums = scratch.bsums
+    a.isums = scratch.isums
     a.x = x
     a.cols = m.cols
     a.n_pos = n_pos
@@ -82,6 +95,9 @@ cdef void product_many(int count, float** outs, const Matrix** ms, const float* 
     gate and up: one barrier instead of count, and x quantised once), any other mix one after another."""
     cdef int k
     cdef bint shared = True
+    for k in range(count):
+        if ms[k].pack != NULL and slot_state(&ms[k].pack.state) == PACK_PENDING:
+            make_packed(ms[k].pack, n_threads)
     for k in range(1, count):
         shared = shared and share_activation(ms[0], ms[k])
     if shared:
@@ -156,6 +172,63 @@ cdef inline void run_units(int count, float** outs, const pyllama_matrix* cm, co
             types[k].vec(&cm[k], lo, hi, acts, outs[k])
         else:
             types[k].mat(&cm[k], lo, hi, acts, outs[k])
+
+
+cdef void make_packed(PackSlot* slot, int n_threads) noexcept nogil:
+    with gil:
+        (<PackedCopy>slot.owner).make(n_threads)
+
+
+cdef Py_ssize_t packed_size(int qtype, Py_ssize_t rows, Py_ssize_t cols) noexcept nogil:
+    if TYPES[qtype].packed_bytes == NULL or TYPES[qtype].pack == NULL:
+        return 0
+    return TYPES[qtype].packed_bytes(rows, cols)
+
+
+cdef class PackedCopy:
+    """The packed copy of one tensor's matrix (qpacked.h), made once, by the first product that needs it.
+
+    Made while the caller holds the GIL, so that two engines in two Python threads never both make it;
+    the groups are packed by OpenMP threads meanwhile. A copy that cannot be allocated leaves the matrix
+    on the file's layout (the same bits, more slowly)."""
+
+    def __init__(self, tensor):
+        self.source = tensor.data
+        self.qtype, self.rows, self.cols = int(tensor.qtype), tensor.rows, tensor.cols
+        self.copy = None
+        self.seconds = 0.0
+        self.slot.packed = NULL
+        self.slot.state = PACK_PENDING
+        self.slot.owner = <void*>self
+
+    cdef void make(self, int n_threads):
+        if slot_state(&self.slot.state) != PACK_PENDING:
+            return
+        t0 = time.perf_counter()
+        cdef Py_ssize_t n = packed_size(self.qtype, self.rows, self.cols)
+        try:
+            copy = zeros_aligned(n, np.uint8)
+        except MemoryError:
+            slot_publish(&self.slot.state, PACK_MAPPED)
+            return
+        cdef unsigned char[::1] out = copy
+        cdef const unsigned char[::1] src = np.asarray(self.source).reshape(-1).view(np.uint8)
+        cdef pyllama_matrix m
+        m.data, m.packed, m.scales = &src[0], NULL, NULL
+        m.group_size, m.rows, m.cols = 0, self.rows, self.cols
+        pack_all(TYPES[self.qtype].pack, &m, &out[0], max(n_threads, 1))
+        self.copy = copy
+        self.slot.packed = &out[0]
+        slot_publish(&self.slot.state, PACK_READY)
+        self.seconds = time.perf_counter() - t0
+
+    @property
+    def ready(self) -> bool:
+        return slot_state(&self.slot.state) == PACK_READY
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.copy is None else self.copy.nbytes
 
 
 cdef void dequantize_row(float* out, const Matrix* m, Py_ssize_t row) noexcept nogil:

@@ -47,7 +47,8 @@ enum {
 
 /* A weight matrix: rows outputs by cols inputs, as stored (matvec.pxd's Matrix, without its type). */
 typedef struct {
-    const void* data;
+    const void* data;    /* the blocks as the file stores them */
+    const void* packed;  /* the packed copy (qpacked.h), or NULL: the products read data */
     const float* scales; /* Q8_GROUPS: one float32 per group of each row */
     int group_size;      /* Q8_GROUPS */
     ptrdiff_t rows;
@@ -60,18 +61,22 @@ typedef struct {
     const float* d;       /* the scale of each block (Q8_0/Q8_1: per 32, the fp16 value; Q8_K: per 256; groups) */
     const float* s;       /* Q8_1: fp16(d * sum(q)) per 32, as float32 */
     const int16_t* bsums; /* Q8_K: the sum of each 16 q */
+    const int32_t* o4;    /* Q8_0: -16 times the sum of each 4 q (packed Q5_0's lane offsets) */
+    const int32_t* o32;   /* Q8_0: -8 times the sum of each 32 q (packed Q4_0's block offsets) */
     const float* x;       /* the float32 activation itself */
 } pyllama_qact;
 
 /* The activations of n_pos positions in a QuantScratch's buffers: position p's int8 values at
    q + p * cols, its scales at d + p * d_stride, its Q8_1 sums at s + p * (cols / 32), its Q8_K sums at
-   bsums + p * (cols / 16); x holds the float32 positions. A tile of four positions of Q8_0's own product
-   also has its scales side by side after all the positions' (d + n_pos * d_stride). */
+   bsums + p * (cols / 16), its Q8_0 offsets o4 and o32 at isums + p * (cols / 4 + cols / 32); x holds the
+   float32 positions. A tile of four positions of Q8_0's own product also has its scales side by side after
+   all the positions' (d + n_pos * d_stride). */
 typedef struct {
     int8_t* q;
     float* d;
     float* s;
     int16_t* bsums;
+    int32_t* isums;
     const float* x;
     ptrdiff_t cols;
     ptrdiff_t n_pos;
@@ -85,6 +90,8 @@ static inline pyllama_qact pyllama_act_at(const pyllama_acts* a, ptrdiff_t p) {
     one.d = a->d + p * a->d_stride;
     one.s = a->s + p * (a->cols / 32);
     one.bsums = a->bsums + p * (a->cols / 16);
+    one.o4 = a->isums ? a->isums + p * (a->cols / 4 + a->cols / 32) : NULL;
+    one.o32 = a->isums ? one.o4 + a->cols / 4 : NULL;
     one.x = a->x + p * a->cols;
     return one;
 }
@@ -102,6 +109,11 @@ typedef void (*pyllama_product_fn)(const pyllama_matrix* m, ptrdiff_t u0, ptrdif
                                    float* out);
 /* Row r as float32 into out[cols] (the token embedding lookup). */
 typedef void (*pyllama_dequantize_fn)(const pyllama_matrix* m, ptrdiff_t r, float* out);
+/* The bytes of a rows x cols matrix's packed copy (qpacked.h), 0 when such a matrix is multiplied from
+   the file's own layout. */
+typedef ptrdiff_t (*pyllama_packed_bytes_fn)(ptrdiff_t rows, ptrdiff_t cols);
+/* Groups g0 .. g1 - 1 of 16 rows of m (m->data) into out, the whole packed copy. */
+typedef void (*pyllama_pack_fn)(const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out);
 
 /* A weight type: one row of the table. */
 typedef struct {
@@ -115,6 +127,11 @@ typedef struct {
     pyllama_product_fn vec;  /* the single-vector product (one position), over a range of units */
     pyllama_product_fn mat;  /* the block product (several positions), over a range of units */
     pyllama_dequantize_fn dequantize_row;
+    /* a type with a packed layout: its size and its packer (NULL: none; the products then never see a
+       packed copy). units, vec and mat take the packed copy when m->packed is set, and give its bits
+       either way. */
+    pyllama_packed_bytes_fn packed_bytes;
+    pyllama_pack_fn pack;
 } pyllama_qtype;
 
 #endif /* PYLLAMA_QTYPE_H */

@@ -20,6 +20,7 @@
 #include "q8_groups.h"
 #include "qlegacy_products.h"
 #include "kquants.h"
+#include "qpacked_kquants.h"
 
 static void pyllama_act_f32(const pyllama_acts* a, ptrdiff_t p) {
     (void)a;
@@ -50,13 +51,15 @@ static const pyllama_qtype pyllama_qtypes[PYLLAMA_N_QTYPES] = {
                       .dequantize_row = pyllama_dequantize_q8_0},
     [PYLLAMA_Q4_0] = {.name = "Q4_0", .ggml = 2, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q4_0_BYTES,
                       .act = PYLLAMA_ACT_Q8_0, .work_div = 4, PYLLAMA_PRODUCTS(q4_0),
-                      .dequantize_row = pyllama_dequantize_q4_0},
+                      .dequantize_row = pyllama_dequantize_q4_0, .packed_bytes = pyllama_packed_bytes_q4_0,
+                      .pack = pyllama_pack_q4_0},
     [PYLLAMA_Q4_1] = {.name = "Q4_1", .ggml = 3, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q4_1_BYTES,
                       .act = PYLLAMA_ACT_Q8_1, .work_div = 4, PYLLAMA_PRODUCTS(q4_1),
                       .dequantize_row = pyllama_dequantize_q4_1},
     [PYLLAMA_Q5_0] = {.name = "Q5_0", .ggml = 6, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q5_0_BYTES,
                       .act = PYLLAMA_ACT_Q8_0, .work_div = 4, PYLLAMA_PRODUCTS(q5_0),
-                      .dequantize_row = pyllama_dequantize_q5_0},
+                      .dequantize_row = pyllama_dequantize_q5_0, .packed_bytes = pyllama_packed_bytes_q5_0,
+                      .pack = pyllama_pack_q5_0},
     [PYLLAMA_Q5_1] = {.name = "Q5_1", .ggml = 7, .block = PYLLAMA_QK, .block_bytes = PYLLAMA_Q5_1_BYTES,
                       .act = PYLLAMA_ACT_Q8_1, .work_div = 4, PYLLAMA_PRODUCTS(q5_1),
                       .dequantize_row = pyllama_dequantize_q5_1},
@@ -71,13 +74,16 @@ static const pyllama_qtype pyllama_qtypes[PYLLAMA_N_QTYPES] = {
                       .dequantize_row = pyllama_dequantize_q3_k},
     [PYLLAMA_Q4_K] = {.name = "Q4_K", .ggml = 12, .block = PYLLAMA_QK_K, .block_bytes = PYLLAMA_Q4_K_BYTES,
                       .act = PYLLAMA_ACT_Q8_K, .work_div = 4, PYLLAMA_PRODUCTS(q4_k),
-                      .dequantize_row = pyllama_dequantize_q4_k},
+                      .dequantize_row = pyllama_dequantize_q4_k, .packed_bytes = pyllama_packed_bytes_q4_k,
+                      .pack = pyllama_pack_q4_k},
     [PYLLAMA_Q5_K] = {.name = "Q5_K", .ggml = 13, .block = PYLLAMA_QK_K, .block_bytes = PYLLAMA_Q5_K_BYTES,
                       .act = PYLLAMA_ACT_Q8_K, .work_div = 4, PYLLAMA_PRODUCTS(q5_k),
-                      .dequantize_row = pyllama_dequantize_q5_k},
+                      .dequantize_row = pyllama_dequantize_q5_k, .packed_bytes = pyllama_packed_bytes_q5_k,
+                      .pack = pyllama_pack_q5_k},
     [PYLLAMA_Q6_K] = {.name = "Q6_K", .ggml = 14, .block = PYLLAMA_QK_K, .block_bytes = PYLLAMA_Q6_K_BYTES,
                       .act = PYLLAMA_ACT_Q8_K, .work_div = 4, PYLLAMA_PRODUCTS(q6_k),
-                      .dequantize_row = pyllama_dequantize_q6_k},
+                      .dequantize_row = pyllama_dequantize_q6_k, .packed_bytes = pyllama_packed_bytes_q6_k,
+                      .pack = pyllama_pack_q6_k},
     /* values as int8 bytes, one to a block; the scales are the matrix's own array, one per group_size */
     [PYLLAMA_Q8_GROUPS] = {.name = "Q8_GROUPS", .ggml = -1, .block = 1, .block_bytes = 1,
                            .act = PYLLAMA_ACT_Q8_GROUPS, .work_div = 4, PYLLAMA_PRODUCTS(q8_groups),

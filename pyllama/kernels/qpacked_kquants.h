@@ -1,0 +1,296 @@
+/* Packed Q4_K and Q6_K (qpacked.h): 16 rows per group, each super-block of 256 values of the 16 rows in one
+ * group block, and the products on it, in vec_dot's order (kquants.h), the order of the file's layout.
+ *
+ * Group block (2,368 bytes; 148 per row, the 144 of a block with its 6-bit scales unpacked):
+ *   d[16], dmin[16]    the rows' fp16 d and dmin
+ *   sc[8][16]          the scale of sub-block s (32 values) of row r, at 16 s + r
+ *   mn[4][16][2]       the mins of sub-blocks 2j and 2j + 1 of row r, at 32 j + 2 r (pairs: one int16 pair
+ *                      per lane for vpdpwssd)
+ *   qs[4][8][16][4]    chunk (c, g): row r's nibble bytes 32 c + 4 g .. + 3, whose low nibbles are
+ *                      elements 64 c + 4 g + k of the row (sub-block 2 c) and high nibbles 64 c + 32 + 4 g + k
+ *                      (sub-block 2 c + 1)
+ *
+ * vec_dot's lane g of a super-block is sum_s sc_s (sum of q x over elements 32 s + 4 g .. + 3): chunk
+ * (c, g)'s low nibbles give sub-block 2 c's 4-term sum and its high nibbles sub-block 2 c + 1's, each
+ * scaled in int32, so a group keeps the 8 lanes of 16 rows in 8 vectors, and the float steps are
+ * vec_dot's, lane-wise for the 16 rows: acc[g] = fma(d_x d_w, lane g, acc[g]), the mins' 4 accumulators
+ * acc_m[j] = fma(-d_x dmin_w, m_2j bsum_2j + m_2j+1 bsum_2j+1, acc_m[j]), and at the end hsum_float_8 of
+ * acc plus (m0 + m2) + (m1 + m3).
+ *
+ * Group block of Q6_K (3,360 bytes, as the rows' own 210 each):
+ *   d[16]              fp16
+ *   sc[8][16][2]       the int8 scales of sub-blocks 2j and 2j + 1 (16 values each) of row r, at 32 j + 2 r
+ *   ql[2][16][16][4]   chunk (h, j): row r's bytes 64 h + 4 j .. + 3 of ql
+ *   qh[2][8][16][4]    chunk (h, l): row r's bytes 128 + 32 h + 4 l .. + 3 of the block (its qh)
+ * so that run 4 h + i (32 values; i < 4) at vec_dot's lane l (elements 4 l .. + 3 of the run) is, for
+ * l4 = l: i = 0 the low nibbles of ql chunk (h, l) with qh chunk (h, l)'s bits 0-1, i = 1 ql chunk
+ * (h, 8 + l) with bits 2-3, i = 2 and 3 their high nibbles with bits 4-5 and 6-7. Lane l of a super-block
+ * is sum_c sc[2 c + l / 4] (the 4-term sum of unsigned codes times x) minus 32 (bsum_2l sc_2l + bsum_2l+1
+ * sc_2l+1), then acc[l] = fma(d_x d_w, lane l, acc[l]) and hsum_float_8 at the end, as vec_dot.
+ */
+#ifndef PYLLAMA_QPACKED_KQUANTS_H
+#define PYLLAMA_QPACKED_KQUANTS_H
+
+#include "qpacked.h"
+#include "kquants.h"
+
+#define PYLLAMA_Q4_K_GROUP_BYTES 2368
+#define PYLLAMA_K4_SC 64
+#define PYLLAMA_K4_MN 192
+#define PYLLAMA_K4_QS 320
+#define PYLLAMA_Q5_K_GROUP_BYTES 2880
+#define PYLLAMA_K5_MASKS 2368
+#define PYLLAMA_Q6_K_GROUP_BYTES 3360
+#define PYLLAMA_K6_SC 32
+#define PYLLAMA_K6_QL 288
+#define PYLLAMA_K6_QH 2336
+
+static ptrdiff_t pyllama_packed_bytes_q4_k(ptrdiff_t rows, ptrdiff_t cols) {
+    return pyllama_pack_groups(rows) * (cols / PYLLAMA_QK_K) * PYLLAMA_Q4_K_GROUP_BYTES;
+}
+
+/* row r (< 16) of a group's super-block from the file's block src, into the zeroed group block dst */
+static void pyllama_pack_k45_row(int kind, const uint8_t* src, int r, uint8_t* dst) {
+    const uint8_t* qs = src + (kind == PYLLAMA_Q4_K ? 16 : 48);
+    memcpy(dst + 2 * r, src, 2);
+    memcpy(dst + 32 + 2 * r, src + 2, 2);
+    for (int s = 0; s < 8; s++) {
+        int sc, mn;
+        pyllama_k4_scale_min(src + 4, s, &sc, &mn);
+        dst[PYLLAMA_K4_SC + 16 * s + r] = (uint8_t)sc;
+        dst[PYLLAMA_K4_MN + 32 * (s / 2) + 2 * r + s % 2] = (uint8_t)mn;
+    }
+    for (int c = 0; c < 4; c++)
+        for (int g = 0; g < 8; g++) memcpy(dst + PYLLAMA_K4_QS + 64 * (8 * c + g) + 4 * r, qs + 32 * c + 4 * g, 4);
+    if (kind != PYLLAMA_Q5_K) return;
+    const uint8_t* qh = src + 16; /* element 64 c + 32 h + j's fifth bit: bit 2 c + h of qh[j] */
+    for (int c = 0; c < 4; c++)
+        for (int g = 0; g < 8; g++)
+            for (int h = 0; h < 2; h++) {
+                uint8_t* mask = dst + PYLLAMA_K5_MASKS + 8 * (16 * c + 2 * g + h);
+                for (int k = 0; k < 4; k++)
+                    if ((qh[4 * g + k] >> (2 * c + h)) & 1) mask[(4 * r + k) / 8] |= (uint8_t)(1u << ((4 * r + k) % 8));
+            }
+}
+
+static void pyllama_pack_k45(int kind, const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
+    const ptrdiff_t nb = m->cols / PYLLAMA_QK_K, bytes = pyllama_kquant_bytes[kind];
+    const ptrdiff_t group_block = kind == PYLLAMA_Q4_K ? PYLLAMA_Q4_K_GROUP_BYTES : PYLLAMA_Q5_K_GROUP_BYTES;
+    for (ptrdiff_t g = g0; g < g1; g++) {
+        uint8_t* dst_group = out + g * nb * group_block;
+        memset(dst_group, 0, (size_t)(nb * group_block));
+        for (int r = 0; r < PYLLAMA_PACK_ROWS && PYLLAMA_PACK_ROWS * g + r < m->rows; r++) {
+            const uint8_t* src_row = (const uint8_t*)m->data + (PYLLAMA_PACK_ROWS * g + r) * nb * bytes;
+            for (ptrdiff_t b = 0; b < nb; b++)
+                pyllama_pack_k45_row(kind, src_row + b * bytes, r, dst_group + b * group_block);
+        }
+    }
+}
+static void pyllama_pack_q4_k(const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
+    pyllama_pack_k45(PYLLAMA_Q4_K, m, g0, g1, out);
+}
+static ptrdiff_t pyllama_packed_bytes_q5_k(ptrdiff_t rows, ptrdiff_t cols) {
+    return pyllama_pack_groups(rows) * (cols / PYLLAMA_QK_K) * PYLLAMA_Q5_K_GROUP_BYTES;
+}
+static void pyllama_pack_q5_k(const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
+    pyllama_pack_k45(PYLLAMA_Q5_K, m, g0, g1, out);
+}
+
+static ptrdiff_t pyllama_packed_bytes_q6_k(ptrdiff_t rows, ptrdiff_t cols) {
+    return pyllama_pack_groups(rows) * (cols / PYLLAMA_QK_K) * PYLLAMA_Q6_K_GROUP_BYTES;
+}
+
+static void pyllama_pack_q6_k_row(const uint8_t* src, int r, uint8_t* dst) {
+    memcpy(dst + 2 * r, src + 208, 2);
+    for (int s = 0; s < 16; s++) dst[PYLLAMA_K6_SC + 32 * (s / 2) + 2 * r + s % 2] = src[192 + s];
+    for (int h = 0; h < 2; h++) {
+        for (int j = 0; j < 16; j++) memcpy(dst + PYLLAMA_K6_QL + 64 * (16 * h + j) + 4 * r, src + 64 * h + 4 * j, 4);
+        for (int l = 0; l < 8; l++) memcpy(dst + PYLLAMA_K6_QH + 64 * (8 * h + l) + 4 * r, src + 128 + 32 * h + 4 * l, 4);
+    }
+}
+
+static void pyllama_pack_q6_k(const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
+    const ptrdiff_t nb = m->cols / PYLLAMA_QK_K, bytes = PYLLAMA_Q6_K_BYTES, group_block = PYLLAMA_Q6_K_GROUP_BYTES;
+    for (ptrdiff_t g = g0; g < g1; g++) {
+        uint8_t* dst_group = out + g * nb * group_block;
+        memset(dst_group, 0, (size_t)(nb * group_block));
+        for (int r = 0; r < PYLLAMA_PACK_ROWS && PYLLAMA_PACK_ROWS * g + r < m->rows; r++) {
+            const uint8_t* src_row = (const uint8_t*)m->data + (PYLLAMA_PACK_ROWS * g + r) * nb * bytes;
+            for (ptrdiff_t b = 0; b < nb; b++) pyllama_pack_q6_k_row(src_row + b * bytes, r, dst_group + b * group_block);
+        }
+    }
+}
+
+/* the activation's sums of sub-blocks 2j and 2j + 1 (32 values each) of super-block b, as one int16 pair */
+static inline int32_t pyllama_k4_bsum_pair(const pyllama_qact* a, ptrdiff_t b, int j) {
+    const int16_t* bs = a->bsums + 16 * b + 4 * j;
+    const uint32_t lo = (uint16_t)(int16_t)(bs[0] + bs[1]), hi = (uint16_t)(int16_t)(bs[2] + bs[3]);
+    return (int32_t)(lo | (hi << 16));
+}
+
+/* two int32 vectors whose lanes fit int16 as one vector of int16 pairs (lo in the low half of each lane) */
+#if PYLLAMA_QBLOCKS_AVX512
+#define PV_PAIR16(lo, hi) _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, lo, _mm512_slli_epi32(hi, 16))
+#define PV_SRL32(a, n) _mm512_srli_epi32(a, n)
+#elif PYLLAMA_QBLOCKS_AVX2
+#define PV_PAIR16(lo, hi) _mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA)
+#define PV_SRL32(a, n) _mm256_srli_epi32(a, n)
+#else
+#define PV_PAIR16(lo, hi) (((lo) & 0xFFFFu) | ((hi) << 16))
+#define PV_SRL32(a, n) ((a) >> (n))
+#endif
+
+/* A group's rows at P positions (out[p * out_stride + r], r < n_rows), in vec_dot's order, Q4_K or Q5_K
+   (kind): Q5_K adds 16 where an element's fifth bit is set and keeps its mins in one accumulator, as
+   vec_dot's summs = fma(-d_x dmin_w, sum_j (m_2j bsum_2j + m_2j+1 bsum_2j+1), summs) */
+static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, const uint8_t* g, ptrdiff_t nb,
+                                                                    const pyllama_qact* a, const int P, float* out,
+                                                                    ptrdiff_t out_stride, int n_rows) {
+    const ptrdiff_t group_block = kind == PYLLAMA_Q4_K ? PYLLAMA_Q4_K_GROUP_BYTES : PYLLAMA_Q5_K_GROUP_BYTES;
+    const pv_i m4 = PV_SET8(15), sixteen = PV_SET8(16);
+    for (int part = 0; part * PV_LANES < n_rows; part++) {
+        const int lane0 = PV_LANES * part;
+        pv_f acc[8][8], accm[8][4];
+        for (int p = 0; p < P; p++) {
+            for (int l = 0; l < 8; l++) acc[p][l] = PV_ZEROF();
+            for (int j = 0; j < 4; j++) accm[p][j] = PV_ZEROF();
+        }
+        for (ptrdiff_t b = 0; b < nb; b++) {
+            const uint8_t* blk = g + b * group_block;
+            pv_i lanes[8][8];
+            for (int p = 0; p < P; p++)
+                for (int l = 0; l < 8; l++) lanes[p][l] = PV_ZERO();
+            for (int c = 0; c < 4; c++) {
+                pv_i lo[8], hi[8];
+                for (int k = 0; k < 8; k++) {
+                    const pv_i v = PV_LOAD(blk + PYLLAMA_K4_QS + 64 * (8 * c + k) + 4 * lane0);
+                    lo[k] = PV_AND(v, m4);
+                    hi[k] = PV_AND(PV_SRL16(v, 4), m4);
+                    if (kind == PYLLAMA_Q5_K) {
+                        const uint8_t* mask = blk + PYLLAMA_K5_MASKS + 8 * (16 * c + 2 * k);
+                        lo[k] = pv_add_where(lo[k], mask, 4 * lane0, sixteen);
+                        hi[k] = pv_add_where(hi[k], mask + 8, 4 * lane0, sixteen);
+                    }
+                }
+                /* the scales of sub-blocks 2c and 2c + 1 as int16 pairs, and each lane's two 4-term sums
+                   (|sum| <= 4 * 31 * 128 fits int16) likewise: one vpdpwssd scales and adds both */
+                const pv_i scales = PV_PAIR16(PV_U8(blk + PYLLAMA_K4_SC + 32 * c + lane0),
+                                              PV_U8(blk + PYLLAMA_K4_SC + 32 * c + 16 + lane0));
+                for (int p = 0; p < P; p++) {
+                    const ptrdiff_t e = PYLLAMA_QK_K * b + 64 * c;
+                    for (int k = 0; k < 8; k++) {
+                        const pv_i tl = PV_DOT4(PV_ZERO(), lo[k], PV_X4(a[p], e + 4 * k));
+                        const pv_i th = PV_DOT4(PV_ZERO(), hi[k], PV_X4(a[p], e + 32 + 4 * k));
+                        lanes[p][k] = PV_DOT2(lanes[p][k], PV_PAIR16(tl, th), scales);
+                    }
+                }
+            }
+            const pv_f dw = PV_HALVES(blk + 2 * lane0), dm = PV_HALVES(blk + 32 + 2 * lane0);
+            for (int p = 0; p < P; p++) {
+                const pv_f ndmin = PV_MULF(PV_SETF(-a[p].d[b]), dm), d = PV_MULF(PV_SETF(a[p].d[b]), dw);
+                pv_i imin = PV_ZERO();
+                for (int j = 0; j < 4; j++) {
+                    const pv_i ml = PV_DOT2(PV_ZERO(), PV_U8PAIRS(blk + PYLLAMA_K4_MN + 32 * j + 2 * lane0),
+                                            PV_SET32(pyllama_k4_bsum_pair(&a[p], b, j)));
+                    if (kind == PYLLAMA_Q4_K) accm[p][j] = PV_FMA(ndmin, PV_CVT(ml), accm[p][j]);
+                    else imin = PV_ADD32(imin, ml);
+                }
+                if (kind == PYLLAMA_Q5_K) accm[p][0] = PV_FMA(ndmin, PV_CVT(imin), accm[p][0]);
+                for (int l = 0; l < 8; l++) acc[p][l] = PV_FMA(d, PV_CVT(lanes[p][l]), acc[p][l]);
+            }
+        }
+        for (int p = 0; p < P; p++) {
+            const pv_f* s = acc[p];
+            const pv_f* m = accm[p];
+            const pv_f total = PV_ADDF(PV_ADDF(PV_ADDF(s[0], s[4]), PV_ADDF(s[2], s[6])),
+                                       PV_ADDF(PV_ADDF(s[1], s[5]), PV_ADDF(s[3], s[7])));
+            const pv_f mins = kind == PYLLAMA_Q4_K ? PV_ADDF(PV_ADDF(m[0], m[2]), PV_ADDF(m[1], m[3])) : m[0];
+            pv_store(out + p * out_stride + lane0, PV_ADDF(total, mins), n_rows - lane0);
+        }
+    }
+}
+
+/* the same for Q6_K (the layout above): per run pair (4 h, 4 h + 1) and (4 h + 2, 4 h + 3), the two 4-term
+   sums of a lane (|sum| <= 4 * 63 * 128 fits int16) scaled and added by one vpdpwssd */
+static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8_t* g, ptrdiff_t nb,
+                                                                     const pyllama_qact* a, const int P, float* out,
+                                                                     ptrdiff_t out_stride, int n_rows) {
+    const pv_i m4 = PV_SET8(15), m2 = PV_SET8(0x30);
+    for (int part = 0; part * PV_LANES < n_rows; part++) {
+        const int lane0 = PV_LANES * part;
+        pv_f acc[8][8];
+        for (int p = 0; p < P; p++)
+            for (int l = 0; l < 8; l++) acc[p][l] = PV_ZEROF();
+        for (ptrdiff_t b = 0; b < nb; b++) {
+            const uint8_t* blk = g + b * PYLLAMA_Q6_K_GROUP_BYTES;
+            pv_i lanes[8][8];
+            for (int p = 0; p < P; p++)
+                for (int l = 0; l < 8; l++) lanes[p][l] = PV_ZERO();
+            for (int h = 0; h < 2; h++) {
+                /* pair[i]: the scales of sub-blocks 8 h + 2 i and 8 h + 2 i + 1 (run 4 h + i's halves) */
+                pv_i pair[4];
+                for (int i = 0; i < 4; i++) pair[i] = PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * (4 * h + i) + 2 * lane0);
+                for (int half = 0; half < 2; half++) {
+                    /* lanes 4 half .. 4 half + 3 take the sub-block 2 c + half of each run c */
+                    const pv_i s01 = half ? PV_PAIR16(PV_SRL32(pair[0], 16), PV_SRL32(pair[1], 16))
+                                          : PV_PAIR16(pair[0], pair[1]);
+                    const pv_i s23 = half ? PV_PAIR16(PV_SRL32(pair[2], 16), PV_SRL32(pair[3], 16))
+                                          : PV_PAIR16(pair[2], pair[3]);
+                    for (int j = 0; j < 4; j++) {
+                        const int l = 4 * half + j;
+                        const pv_i qh = PV_LOAD(blk + PYLLAMA_K6_QH + 64 * (8 * h + l) + 4 * lane0);
+                        const pv_i a0 = PV_LOAD(blk + PYLLAMA_K6_QL + 64 * (16 * h + l) + 4 * lane0);
+                        const pv_i a1 = PV_LOAD(blk + PYLLAMA_K6_QL + 64 * (16 * h + 8 + l) + 4 * lane0);
+                        const pv_i w0 = PV_OR(PV_AND(a0, m4), PV_AND(PV_SLL16(qh, 4), m2));
+                        const pv_i w1 = PV_OR(PV_AND(a1, m4), PV_AND(PV_SLL16(qh, 2), m2));
+                        const pv_i w2 = PV_OR(PV_AND(PV_SRL16(a0, 4), m4), PV_AND(qh, m2));
+                        const pv_i w3 = PV_OR(PV_AND(PV_SRL16(a1, 4), m4), PV_AND(PV_SRL16(qh, 2), m2));
+                        for (int p = 0; p < P; p++) {
+                            const ptrdiff_t e = PYLLAMA_QK_K * b + 128 * h + 4 * l;
+                            const pv_i t0 = PV_DOT4(PV_ZERO(), w0, PV_X4(a[p], e));
+                            const pv_i t1 = PV_DOT4(PV_ZERO(), w1, PV_X4(a[p], e + 32));
+                            const pv_i t2 = PV_DOT4(PV_ZERO(), w2, PV_X4(a[p], e + 64));
+                            const pv_i t3 = PV_DOT4(PV_ZERO(), w3, PV_X4(a[p], e + 96));
+                            lanes[p][l] = PV_DOT2(PV_DOT2(lanes[p][l], PV_PAIR16(t0, t1), s01), PV_PAIR16(t2, t3), s23);
+                        }
+                    }
+                }
+            }
+            const pv_f dw = PV_HALVES(blk + 2 * lane0);
+            for (int p = 0; p < P; p++) {
+                const pv_f d = PV_MULF(PV_SETF(a[p].d[b]), dw);
+                for (int l = 0; l < 8; l++) {
+                    /* minus 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
+                    const pv_i corr = PV_DOT2(PV_ZERO(), PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * l + 2 * lane0),
+                                              PV_SET32(pyllama_i32_at(a[p].bsums + 16 * b + 2 * l)));
+                    acc[p][l] = PV_FMA(d, PV_CVT(PV_SUB32(lanes[p][l], PV_SLL32(corr, 5))), acc[p][l]);
+                }
+            }
+        }
+        for (int p = 0; p < P; p++) {
+            const pv_f* s = acc[p];
+            const pv_f total = PV_ADDF(PV_ADDF(PV_ADDF(s[0], s[4]), PV_ADDF(s[2], s[6])),
+                                       PV_ADDF(PV_ADDF(s[1], s[5]), PV_ADDF(s[3], s[7])));
+            pv_store(out + p * out_stride + lane0, total, n_rows - lane0);
+        }
+    }
+}
+
+#define PYLLAMA_K45_TILE(name, KIND)                                                                            \
+    static inline __attribute__((always_inline)) void pyllama_ptile_##name(const uint8_t* g, ptrdiff_t nb,       \
+        const pyllama_qact* a, const int P, float* out, ptrdiff_t out_stride, int n_rows) {                     \
+        pyllama_ptile_k45(KIND, g, nb, a, P, out, out_stride, n_rows);                                          \
+    }
+PYLLAMA_K45_TILE(q4_k, PYLLAMA_Q4_K)
+PYLLAMA_K45_TILE(q5_k, PYLLAMA_Q5_K)
+#undef PYLLAMA_K45_TILE
+
+PYLLAMA_PACKED_PRODUCTS(q4_k, pyllama_ptile_q4_k, 4, PYLLAMA_QK_K, PYLLAMA_Q4_K_GROUP_BYTES)
+PYLLAMA_PACKED_OR_MAPPED(q4_k)
+/* Q5_K's and Q6_K's packed tiles serve blocks only: their decode reads the file's layout (qpacked.h) */
+PYLLAMA_PACKED_PRODUCTS(q5_k, pyllama_ptile_q5_k, 4, PYLLAMA_QK_K, PYLLAMA_Q5_K_GROUP_BYTES)
+PYLLAMA_PACKED_BLOCKS_OR_MAPPED(q5_k)
+PYLLAMA_PACKED_PRODUCTS(q6_k, pyllama_ptile_q6_k, 4, PYLLAMA_QK_K, PYLLAMA_Q6_K_GROUP_BYTES)
+PYLLAMA_PACKED_BLOCKS_OR_MAPPED(q6_k)
+
+#endif /* PYLLAMA_QPACKED_KQUANTS_H */
