@@ -7,26 +7,21 @@ allocated once in ``init``.
 ``causal:positions=N`` makes a larger cache, the reference for behaviour past the context.
 
 In a block of positions (``attend_block_c``) it stores the block's keys and values, then attends
-each head's queries together with ``attend_head_rows``, up to ``QUERIES`` at a time: a long cache
-is then read once per group of queries instead of once per position, with the bits of one position
-at a time. The base's scores scratch is sized for that, ``[n_heads, QUERIES, positions]`` floats;
-one position at a time uses its first row.
+each head's queries together (``attend_prefix``, gather.pxd: ``attend_head_rows``, up to
+``BLOCK_QUERIES`` at a time): a long cache is then read once per group of queries instead of once
+per position, with the bits of one position at a time. The base's scores scratch is sized for that,
+``[n_heads, BLOCK_QUERIES, positions]`` floats; one position at a time uses its first row.
 """
 
 from cython.parallel cimport prange
 
 from pyllama.attention.base cimport threads_for
 from pyllama.attention.dense cimport DenseAttention
-from pyllama.attention.head cimport GGML_LANES, attend_head_rows
+from pyllama.attention.gather cimport BLOCK_QUERIES
 
 from pyllama.attention.dense import POSITIONS
 from pyllama.attention.memory import require_memory
 from pyllama.attention.spec import check_knobs
-
-
-# queries of a block attended together: 16 rows of scores of an 8k cache are 512 KiB per head
-cdef enum:
-    QUERIES = 16
 
 
 cdef class Causal(DenseAttention):
@@ -42,11 +37,11 @@ cdef class Causal(DenseAttention):
 
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
-        return self.dense_bytes(config, int(self.max_positions), 1, QUERIES * int(self.max_positions))
+        return self.dense_bytes(config, int(self.max_positions), 1, BLOCK_QUERIES * int(self.max_positions))
 
     def init(self, config, pool):
         require_memory("causal", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
-        self.init_dense(config, self.max_positions, 1, QUERIES * self.max_positions)
+        self.init_dense(config, self.max_positions, 1, BLOCK_QUERIES * self.max_positions)
 
     def memory_bytes(self):
         # the positions held, keys and values, summed over the layers
@@ -67,18 +62,12 @@ cdef class Causal(DenseAttention):
 
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
                             float* out) except -1 nogil:
-        cdef Py_ssize_t i, c, j0, off
-        cdef long long P = self.positions
-        cdef int h, hd = self.head_dim, q_dim = self.n_heads * self.head_dim
+        cdef Py_ssize_t i, off
+        cdef int h, hd = self.head_dim
         for i in range(n):
             self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)
         for h in prange(self.n_heads, schedule="static",
                         num_threads=threads_for(self.n_threads, (pos + n) * n * self.n_heads * hd)):
-            off = layer * P * self.row_floats + (h // self.kv_mul) * hd
-            for c in range((n + QUERIES - 1) // QUERIES):
-                j0 = c * QUERIES
-                attend_head_rows(q + j0 * q_dim + h * hd, q_dim, self.keys + off, self.values + off, self.row_floats,
-                                 pos + j0 + 1, min(<Py_ssize_t>QUERIES, n - j0), hd,
-                                 self.scores + h * self.score_rows, P, out + j0 * q_dim + h * hd, q_dim,
-                                 self.arithmetic, self.lanes + h * GGML_LANES * hd)
+            off = layer * self.positions * self.row_floats + (h // self.kv_mul) * hd
+            self.attend_prefix(h, q, self.keys + off, self.values + off, self.row_floats, pos, n, out)
         return 0

@@ -54,6 +54,7 @@ cdef class KMeans(DenseAttention):
     name = "kmeans"
     description = ("clustered keys (ClusterKV/Squeezed Attention): sinks + window + the best clusters' "
                    "members, exact; saves compute, not memory (keeps the full K/V)")
+    holds = "everything"  # held_positions: every position seen (all kept; a selection per query)
     knobs = (
         Knob("clusters", int, 32, "centroids per layer and KV head", min=1),
         Knob("budget", int, 64, "middle tokens attended: whole clusters in score order until this many", min=0),

@@ -44,7 +44,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from pyllama.attention.base cimport threads_for
-from pyllama.attention.gather cimport take_rows
+from pyllama.attention.gather cimport GatherAttention, take_rows
 from pyllama.attention.window cimport WindowAttention, kept_span
 
 from pyllama.attention.base import UNBOUNDED
@@ -60,6 +60,7 @@ cdef class Lattice(WindowAttention):
     name = "lattice"
     description = ("sinks + exact window + dyadic buckets of the past (size doubles with age, "
                    "log(count) bias; Log-Linear Attention): memory O(log t)")
+    holds = "summaries"  # held_positions: every position seen (exact, or in a quantised tier or a summary)
     knobs = (
         *sink_window_knobs(4, 64, "kept exact"),
         Knob("base", int, 8, "tokens in a level-0 bucket; a level-l bucket holds base * 2^l", min=1),
@@ -124,6 +125,9 @@ cdef class Lattice(WindowAttention):
         WindowAttention.reset(self)
         if self._buck_n is not None:
             self._buck_n[...] = 0
+
+    def held_positions(self, int layer):
+        return GatherAttention.held_positions(self, layer)
 
     def memory_bytes(self):
         # exact rows (sinks, window, staged) and bucket summaries (mean key, mean value, int64 count)

@@ -16,23 +16,27 @@ where they are and moving the s sink keys forward by the number of evicted posit
 
 Rows are gathered in ascending position order (sinks, then window) and attended by the shared
 routine: with s + w >= the sequence length this is ``causal`` bit for bit (nothing is evicted, so
-``shift`` changes nothing either), and ``sink:0,w`` is ``sliding:w``.
+``shift`` changes nothing either), and ``sink:0,w`` is ``sliding:w``. On a model's sliding-window
+layer it keeps the sinks and window rows within the model's window (the sinks leave it once the
+sequence is longer than the window); ``shift`` there needs ``layers=global``.
 """
 
 from cython.parallel cimport prange
 
 from pyllama.attention.base cimport threads_for
-from pyllama.attention.window cimport WindowAttention, kept_span
+from pyllama.attention.window cimport WindowAttention
 
 from pyllama.attention.base import UNBOUNDED
 from pyllama.attention.memory import require_memory
 from pyllama.attention.spec import Knob, check_knobs
+from pyllama.errors import PluginError
 from pyllama.attention.window import sink_window_knobs
 
 
 cdef class Sink(WindowAttention):
     name = "sink"
     description = "first s positions (attention sinks) + last w (StreamingLLM); shift re-assigns positions"
+    model_windows = True  # sinks and window within a local layer's window (WindowAttention.visible_span)
     knobs = (
         *sink_window_knobs(4, 252),
         Knob("shift", bool, False, "assign positions inside the cache (StreamingLLM); off: original positions"),
@@ -52,6 +56,11 @@ cdef class Sink(WindowAttention):
         return self.window_bytes(config, int(self.sinks) + int(self.window), 1, int(self.sinks) if self.shift else 0)
 
     def init(self, config, pool):
+        if self.shift and any(getattr(config, "layer_windows", ())) and self.layer_policy == "all":
+            raise PluginError(
+                "sink: shift re-assigns positions, which the model's sliding-window layers do not allow: "
+                "add layers=global (the model's own window then runs those layers)"
+            )
         require_memory("sink", f"sinks={int(self.sinks):,}, window={int(self.window):,}", self.planned_bytes(config))
         self.init_window(config, self.sinks + self.window, 1, self.sinks if self.shift else 0)
 
@@ -63,19 +72,20 @@ cdef class Sink(WindowAttention):
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
         self.keep(layer, pos, k, v)
-        cdef long long n_sink, ring_start, n_ring
-        kept_span(pos, self.sinks, self.window, &n_sink, &ring_start, &n_ring)
+        cdef long long first, n_sink, ring_start, n_ring
+        self.visible_span(layer, pos, &first, &n_sink, &ring_start, &n_ring)
         cdef const float* sink_keys = self.sink_k + layer * self.sinks * self.kv_dim
         cdef long long delta = ring_start - self.sinks if self.shift else 0
         if delta > 0 and n_sink > 0:  # StreamingLLM positions: sink keys move forward by the evicted count
             sink_keys = self.moved(sink_keys, n_sink, delta, 0)
-        cdef long long n = n_sink + n_ring, C = self.rows
+        cdef long long n = n_sink - first + n_ring, C = self.rows
         cdef int h
         cdef Py_ssize_t off
         for h in prange(self.n_heads, schedule="static",
                         num_threads=threads_for(self.n_threads, n * self.n_heads * self.head_dim)):
             off = (h // self.kv_mul) * self.head_dim
-            self.take_sinks(self.kptr + h * C, self.vptr + h * C, NULL, 0, layer, sink_keys, n_sink, off)
-            self.take_window(self.kptr + h * C, self.vptr + h * C, NULL, n_sink, layer, ring_start, n_ring, off)
+            self.take_sinks_from(self.kptr + h * C, self.vptr + h * C, NULL, 0, layer, sink_keys, first, n_sink, off)
+            self.take_window(self.kptr + h * C, self.vptr + h * C, NULL, n_sink - first, layer, ring_start, n_ring,
+                             off)
             self.attend_gathered(h, q, NULL, n, out)
         return 0

@@ -7,13 +7,15 @@ runs at any length (``max_positions`` is unbounded; the engine computes RoPE row
 context on the fly).
 
 Rows are gathered in ascending position order and attended by the shared routine, so with
-N >= the sequence length this is ``causal`` bit for bit, and ``sink:0,N`` is ``sliding:N``.
+N >= the sequence length this is ``causal`` bit for bit, and ``sink:0,N`` is ``sliding:N``. On a
+model's sliding-window layer (Gemma 3's local layers) it keeps the last min(N, the model's window)
+positions: it applies its own window within the model's.
 """
 
 from cython.parallel cimport prange
 
 from pyllama.attention.base cimport threads_for
-from pyllama.attention.window cimport WindowAttention, kept_span
+from pyllama.attention.window cimport WindowAttention
 
 from pyllama.attention.base import UNBOUNDED
 from pyllama.attention.memory import require_memory
@@ -23,6 +25,7 @@ from pyllama.attention.spec import Knob, check_knobs
 cdef class Sliding(WindowAttention):
     name = "sliding"
     description = "the last N positions (ring buffer): memory stays flat however long the sequence"
+    model_windows = True  # applies its window within a local layer's (WindowAttention.visible_span)
     knobs = (
         Knob("window", int, 256, "positions kept, the current one included", min=1),
     )
@@ -49,8 +52,8 @@ cdef class Sliding(WindowAttention):
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
         self.keep(layer, pos, k, v)
-        cdef long long n_sink, start, n
-        kept_span(pos, 0, self.window, &n_sink, &start, &n)  # ascending positions start .. pos
+        cdef long long first, n_sink, start, n
+        self.visible_span(layer, pos, &first, &n_sink, &start, &n)  # ascending positions start .. pos
         cdef long long W = self.window
         cdef int h
         for h in prange(self.n_heads, schedule="static",

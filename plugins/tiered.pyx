@@ -40,7 +40,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from pyllama.attention.base cimport threads_for
-from pyllama.attention.gather cimport take_rows
+from pyllama.attention.gather cimport GatherAttention, take_rows
 from pyllama.attention.quant cimport KiviLayout, dequantize_token, quantize_group
 from pyllama.attention.window cimport WindowAttention, kept_span
 from pyllama.kernels.matvec cimport dot_f32
@@ -60,6 +60,7 @@ cdef class Tiered(WindowAttention):
     name = "tiered"
     description = ("hot exact sinks + window, warm KIVI-quantised tokens (int8/int4), cold block "
                    "summaries with a log(count) bias")
+    holds = "summaries"  # held_positions: every position seen (exact, or in a quantised tier or a summary)
     knobs = (
         *sink_window_knobs(4, 64, "kept exact"),
         Knob("warm", int, 128, "tokens in the quantised tier (a multiple of group; 0 = none)", min=0),
@@ -183,6 +184,9 @@ cdef class Tiered(WindowAttention):
         WindowAttention.reset(self)
         if self._cold_n is not None:
             self._cold_n[...] = 0
+
+    def held_positions(self, int layer):
+        return GatherAttention.held_positions(self, layer)
 
     def memory_bytes(self):
         # hot float32 rows (sinks, window, staging) + warm codes, scales and zero points + cold summaries

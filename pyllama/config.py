@@ -108,10 +108,10 @@ class ModelConfig:
     def check_forward(self, name: str = "") -> None:
         """Raise ``CheckpointError`` (one line) unless the engine's forward pass computes this model.
 
-        The engine runs llama2.c / GGUF ``llama`` and ``qwen2`` blocks: global attention with one
-        RoPE base, plain RoPE frequencies, no QK-norm or sandwich norms, SwiGLU, the embedding
-        unscaled, scores scaled by 1/sqrt(head_dim). Loading and ``pyllama info`` accept more (the
-        config describes it); this check keeps such a model from running with wrong numbers."""
+        The engine runs llama2.c and GGUF ``llama`` (Llama 3's scaled RoPE too), ``qwen2``, ``qwen3``
+        and ``gemma3`` blocks, with scores scaled by 1/sqrt(head_dim) (Gemma 3 27B scales by another
+        number). Loading and ``pyllama info`` accept more (the config describes it); this check
+        keeps such a model from running with wrong numbers."""
         missing = _forward_gaps(self)
         if missing:
             where = f"{name}: " if name else ""
@@ -120,13 +120,14 @@ class ModelConfig:
                 f"{', '.join(missing)}); pyllama info shows what the file holds"
             )
 
-    def rerotate(self, vec: np.ndarray, delta: int) -> None:
+    def rerotate(self, vec: np.ndarray, delta: int, layer: int | None = None) -> None:
         """Rotate post-RoPE key or query heads in place by ``delta`` positions.
 
         ``vec`` is float32[n * head_dim] for any number of heads n. Used by plugins that re-assign
         positions inside their cache (StreamingLLM's position shift) without knowing the model.
+        ``layer``: with that layer's RoPE base (``layer_rope_bases``); None: the global one.
         """
-        _rerotate(self, vec, delta)
+        _rerotate(self, vec, delta, layer)
 
     def describe(self) -> dict:
         return {
@@ -157,7 +158,7 @@ class ModelConfig:
         }
 
 
-FORWARD_ARCHS = ("llama", "qwen2")  # the architectures pyllama/engine/forward computes
+FORWARD_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")  # the architectures pyllama/engine/forward computes
 
 
 def _forward_gaps(config: ModelConfig) -> list[str]:
@@ -165,14 +166,6 @@ def _forward_gaps(config: ModelConfig) -> list[str]:
     plain_scale = float(np.float32(1) / np.sqrt(np.float32(config.head_dim)))
     gaps = [
         (config.arch not in FORWARD_ARCHS, f"the {config.arch} block"),
-        (any(config.layer_windows), "sliding-window layers"),
-        (len(set(config.layer_rope_bases)) > 1, "RoPE bases per layer"),
-        (config.rope_freq_factors is not None, "RoPE frequency factors"),
-        (config.qk_norm, "QK-norm"),
-        (config.post_norms, "post-attention and post-FFN norms"),
-        (config.ffn_activation != FFN_SILU, f"{config.ffn_activation} FFN"),
-        (config.embedding_scale != 1.0, "a scaled embedding"),
         (config.attention_scale != plain_scale, f"attention scale {config.attention_scale:g}"),
-        (config.logit_softcap != 0.0, "logit soft-capping"),
     ]
     return [what for missing, what in gaps if missing]

@@ -36,8 +36,12 @@ from pyllama.engine.observer import StageCallback
 from pyllama.errors import InputError
 from pyllama.model import Model
 
-# The engine's stages (pyllama.engine.observer) under the names llama.cpp's graph gives them.
-LLAMA_CPP_NAMES = {
+# The engine's stages (pyllama.engine.observer) under the names llama.cpp's graph gives them. Its
+# names moved: the logs of early 2025 (ggml_debug: lines) name the attention output kqv_merged_cont and
+# Wo's kqv_out; at 0c1e570 (common_debug_cb_eval: lines) kqv_out is the attention output, Wo's output
+# is unnamed but for llama's attn_out, the embedding is embd and the gated activation ffn_swiglu or
+# ffn_geglu. A stage a style does not name is not traced in it.
+EARLY_NAMES = {
     "embedding": "inp_embd",
     "attn_norm": "attn_norm",
     "q": "Qcur",
@@ -57,6 +61,51 @@ LLAMA_CPP_NAMES = {
 }
 # From ffn_inp on, llama.cpp's last layer computes only the rows whose logits are wanted.
 LAST_LAYER_LAST_ROW = ("ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_gate_par", "ffn_out", "l_out")
+
+
+def current_names(arch: str) -> dict[str, str]:
+    """The stage names of llama.cpp 0c1e570's graph for ``arch``."""
+    names = {
+        "embedding": "embd",
+        "embedding_scaled": "inp_scaled",
+        "attn_norm": "attn_norm",
+        "q_normed": "Qcur_normed",
+        "k_normed": "Kcur_normed",
+        "q": "Qcur",
+        "k": "Kcur",
+        "v": "Vcur",
+        "attention": "kqv_out",
+        "attn_post_norm": "attn_post_norm",
+        "ffn_inp": "sa_out" if arch == "gemma3" else "ffn_inp",
+        "ffn_norm": "ffn_norm",
+        "ffn_gate": "ffn_gate",
+        "ffn_up": "ffn_up",
+        "ffn_act": "ffn_geglu" if arch == "gemma3" else "ffn_swiglu",
+        "ffn_out": "ffn_out",
+        "ffn_post_norm": "ffn_post_norm",
+        "layer_out": "l_out",
+        "result_norm": "result_norm",
+        "logits": "result_output",
+    }
+    if arch == "llama":
+        names["attn_out"] = "attn_out"
+    return names
+
+
+# From the attention's output on (gemma3: after Wo), the current graph's last layer keeps the last row only.
+CURRENT_LAST_ROW = (
+    "attn_post_norm",
+    "sa_out",
+    "ffn_inp",
+    "ffn_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_swiglu",
+    "ffn_geglu",
+    "ffn_out",
+    "ffn_post_norm",
+    "l_out",
+)
 FINAL_LAST_ROW = ("result_norm", "result_output")
 EVALCB_EDGE = 3  # llama-eval-callback prints (and, at older versions, sums) 3 values at each end of a dimension
 
@@ -93,6 +142,7 @@ class EvalLog:
 
     entries: dict[str, EvalLogEntry]
     corners_only: bool  # the sums cover only the printed values (first/last EVALCB_EDGE per dimension)
+    current: bool = False  # a log of current llama.cpp (common_debug_cb_eval: lines, its tensor names)
 
     def sums(self) -> dict[str, float]:
         return {name: e.sum for name, e in self.entries.items()}
@@ -149,11 +199,11 @@ class Trace:
         raise KeyError(name)
 
 
-def _last_row_only(name: str, n_layers: int) -> bool:
+def _last_row_only(name: str, n_layers: int, last_row: tuple[str, ...]) -> bool:
     if name in FINAL_LAST_ROW:
         return True
     base, _, layer = name.rpartition("-")
-    return base in LAST_LAYER_LAST_ROW and layer == str(n_layers - 1)
+    return base in last_row and layer == str(n_layers - 1)
 
 
 def _per_position_shape(name: str, n: int, config) -> tuple[int, ...]:
@@ -165,9 +215,14 @@ def _per_position_shape(name: str, n: int, config) -> tuple[int, ...]:
     return (n,)
 
 
-def trace_prompt(model, ids: list[int], threads: int | None = None) -> Trace:
+def trace_prompt(model, ids: list[int], threads: int | None = None, current: bool | None = None) -> Trace:
     """Run ``ids`` (BOS first) through ``model`` with causal attention, keeping every traced tensor
-    (in the order the engine first emitted them)."""
+    (in the order the engine first emitted them), named as llama.cpp 0c1e570 names them
+    (``current``) or as its logs of early 2025 did; None: the current names for the architectures
+    that only it runs (gemma3, qwen3, Llama 3's scaled RoPE), the early ones for the others."""
+    if current is None:
+        config = model.config
+        current = config.arch not in ("llama", "qwen2") or config.rope_freq_factors is not None
     ids = [int(t) for t in ids]
     if not ids:
         raise InputError("trace: the prompt has no tokens")
@@ -177,15 +232,17 @@ def trace_prompt(model, ids: list[int], threads: int | None = None) -> Trace:
     n_layers = model.config.n_layers
     last = len(ids) - 1
     rows: dict[str, list[np.ndarray]] = {}
+    names = current_names(model.config.arch) if current else EARLY_NAMES
+    last_row = CURRENT_LAST_ROW if current else LAST_LAYER_LAST_ROW
 
     def tracer(stage: str, layer: int, pos: int, values: np.ndarray) -> None:
-        name = LLAMA_CPP_NAMES[stage] if layer < 0 else f"{LLAMA_CPP_NAMES[stage]}-{layer}"
-        if pos != last and _last_row_only(name, n_layers):
+        name = names[stage] if layer < 0 else f"{names[stage]}-{layer}"
+        if pos != last and _last_row_only(name, n_layers, last_row):
             return
         rows.setdefault(name, []).append(values.ravel())
 
     engine.reset()
-    engine.set_observer(StageCallback(tracer, stages=tuple(LLAMA_CPP_NAMES), per_position=True))
+    engine.set_observer(StageCallback(tracer, stages=tuple(names), per_position=True))
     try:
         for pos, token in enumerate(ids):
             engine.forward(token, pos)
@@ -253,6 +310,7 @@ def summarize(trace: Trace, log: EvalLog | None = None) -> list[TraceRow]:
 def parse_evalcb_log(path: str | os.PathLike) -> EvalLog:
     """Read a ``llama-eval-callback`` log (see the module docstring)."""
     entries: dict[str, EvalLogEntry] = {}
+    style = ""  # the first header's prefix: ggml_debug (early 2025) or common_debug_cb_eval (current)
     votes_corners = votes_all = 0
     current: str | None = None
     ne: tuple[int, ...] = ()
@@ -262,6 +320,7 @@ def parse_evalcb_log(path: str | os.PathLike) -> EvalLog:
         for line in f:
             m = _HEADER.match(line)
             if m:
+                style = style or line.split(":", 1)[0].strip()
                 current = m.group("name").strip()
                 ne = _strip_ones(tuple(int(v) for v in m.group("ne").split(",") if v.strip()))
                 printed, elided = [], False
@@ -290,7 +349,7 @@ def parse_evalcb_log(path: str | os.PathLike) -> EvalLog:
             f"{os.fspath(path)}: no tensor sums found: expected llama-eval-callback output "
             "(lines 'ggml_debug: NAME = (f32) OP(...) = {ne}' followed by 'sum = ...')"
         )
-    return EvalLog(entries, corners_only=votes_corners >= votes_all)
+    return EvalLog(entries, corners_only=votes_corners >= votes_all, current=style == "common_debug_cb_eval")
 
 
 def format_rows(rows: list[TraceRow]) -> str:
@@ -323,7 +382,8 @@ def trace_file(
     model = Model.load(model_path, tokenizer=tokenizer, threads=threads or 0)
     ids = model.tokenize(prompt)
     reference = parse_evalcb_log(log) if log is not None else None
-    rows = summarize(trace_prompt(model, ids, threads), reference)
+    current = reference.current if reference is not None else None
+    rows = summarize(trace_prompt(model, ids, threads, current), reference)
     if reference is not None and not any(r.reference is not None for r in rows):
         raise InputError(
             f"{log}: none of its tensors matches this model's run of the prompt (names or sizes differ): "

@@ -128,3 +128,16 @@ def _no_recorded_diff_sides():
         os.environ.pop("PYLLAMA_DIFF_CACHE", None)
     else:
         os.environ["PYLLAMA_DIFF_CACHE"] = previous
+
+
+@pytest.fixture(scope="session", params=["llama3rope", "qwen3"])
+def tiny_f32(request, tmp_path_factory):
+    """``(kind, path)``: the F32 original of a tiny model (shared/models/arch), rebuilt by its
+    README's recipe and checked against its sha256 (the engine's and the reference's tests share it)."""
+    from arch_models import TINY, sha256_of, write_tiny_f32
+
+    kind = request.param
+    path = write_tiny_f32(kind, tmp_path_factory.mktemp("tiny") / TINY[kind].filename)
+    if path.stat().st_size != TINY[kind].bytes or sha256_of(path) != TINY[kind].sha256:
+        pytest.skip(f"{path.name}: the rebuilt file differs from the recorded one (another gguf-py or numpy version?)")
+    return kind, path

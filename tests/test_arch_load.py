@@ -16,7 +16,6 @@ from conftest import shared_file
 from gguf import GGUFValueType as VT
 from gguf_reference import write_random_gguf
 
-from pyllama import Model
 from pyllama.checkpoint import read_checkpoint
 from pyllama.checkpoint.gguf import load_gguf
 from pyllama.cli import main
@@ -115,14 +114,29 @@ def test_tiny_llama3rope_factors():
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen3-q4_k_m.gguf", "tiny-llama3rope-q4_k_m.gguf"])
-def test_running_them_stops_with_one_line(name):
+def test_they_run(name):
+    """The forward pass computes them (tests/test_arch_forward.py checks its numbers against llama.cpp)."""
     path = shared_file(f"arch/{name}")
-    with pytest.raises(CheckpointError, match="the forward pass does not support it yet"):
-        Model.load(path)
-    result = CliRunner().invoke(main, ["generate", "-c", str(path), "-i", "Hello", "-n", "4"])
-    lines = result.output.strip().splitlines()
-    assert result.exit_code == 1 and len(lines) == 1, result.output
-    assert lines[0].startswith(f"error: {name}: architecture") and "does not support it yet" in lines[0]
+    result = CliRunner().invoke(main, ["generate", "-c", str(path), "-i", "Hello", "-n", "6", "-t", "0"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_forward_the_engine_lacks_stops_with_one_line():
+    """Gemma 3 27B's attention scale (n_embd / n_head) is not 1/sqrt(head_dim): refused, not miscomputed."""
+    cfg = ModelConfig(
+        dim=64,
+        hidden_dim=128,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=1,
+        vocab_size=32,
+        seq_len=64,
+        head_dim=32,
+        arch="gemma3",
+        attention_scale=0.125,
+    )
+    with pytest.raises(CheckpointError, match="attention scale 0.125"):
+        cfg.check_forward("x.gguf")
 
 
 def test_info_shows_the_per_layer_facts(gemma3):

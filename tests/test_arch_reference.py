@@ -31,7 +31,7 @@ from collections import defaultdict
 import gguf
 import numpy as np
 import pytest
-from arch_models import ARCH, TINY, sha256_of, write_tiny_f32
+from arch_models import ARCH, TINY
 from arch_reference import attention_mask, load_reference, reference_forward, teacher_forced_logits
 from conftest import read_jsonl, shared_file
 from evalcb_log import last, parse, printed, products_of, unnamed_products
@@ -115,16 +115,6 @@ def test_gemma3_printed_values_match_llama_cpp(gemma3_hello, gemma3_log):
         assert np.abs(ours - theirs).max() <= PRINT_TOLERANCE + PRINT_RELATIVE * scale, name
         compared += 1
     assert compared > 300
-
-
-@pytest.fixture(scope="module", params=sorted(TINY))
-def tiny_f32(request, tmp_path_factory):
-    """The F32 original of a tiny model, rebuilt here and checked against the README's sha256."""
-    kind = request.param
-    path = write_tiny_f32(kind, tmp_path_factory.mktemp("tiny") / TINY[kind].filename)
-    if path.stat().st_size != TINY[kind].bytes or sha256_of(path) != TINY[kind].sha256:
-        pytest.skip(f"{path.name}: the rebuilt file differs from the recorded one (another gguf-py or numpy version?)")
-    return kind, path
 
 
 def test_tiny_f32_sums_match_llama_cpp(tiny_f32):

@@ -44,6 +44,8 @@ BUILTINS = [
     "kmeans:clusters=4,budget=8,sinks=2,window=8,recluster=16",
     "tiered:sinks=2,window=8,warm=32,group=16,block=8",
     "lattice:sinks=2,window=8,base=4",
+    "quest:capacity=32,dense_layers=1,dense_context=false",
+    "kvquant:k=f16,v=bf16",  # the quantised types need heads of a multiple of 32 (test_kvquant.py)
 ]
 N_TOKENS = 150
 grid = pytest.mark.block_grid

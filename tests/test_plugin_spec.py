@@ -86,7 +86,8 @@ def test_a_plugin_spec_builds_without_parsing(parses):
 def test_a_plugin_spec_is_a_frozen_value():
     resolved = resolve_spec("sink:4,60")
     assert (resolved.name, resolved.cls, resolved.canonical, resolved.origin) == ("sink", Sink, SINK, "built-in")
-    assert dict(resolved.values) == {"sinks": 4, "window": 60, "shift": False} and dict(resolved.shared) == {}
+    assert dict(resolved.values) == {"sinks": 4, "window": 60, "shift": False}
+    assert dict(resolved.shared) == {"layers": "all"}
     assert resolved == resolve_spec(SINK) == resolve_spec("sink:window=60,sinks=4")
     assert len({resolved, resolve_spec(SINK)}) == 1 and str(resolved) == SINK
     assert resolved != resolve_spec("sink:4,61")
@@ -208,12 +209,16 @@ def test_a_plugin_may_not_declare_a_shared_option_as_its_knob(monkeypatch):
         register(Layered)
 
 
-def test_no_shared_option_changes_no_canonical_spec():
-    """With none declared (today), a spec that names one is an unknown knob of the plugin."""
-    assert spec.SHARED_OPTIONS == ()
-    assert dict(resolve_spec("sink:4,60").shared) == {}
-    with pytest.raises(PluginError, match="unknown knob 'layers'"):
-        resolve_spec("sink:layers=global")
+def test_the_layers_option_is_shared_and_named_only_when_not_the_default():
+    """layers=all|global (issue 37) is every plugin's: at its default it changes no canonical spec
+    (nor the record keys and tables made with one), otherwise it is named last; a bad value is refused."""
+    assert [o.name for o in spec.SHARED_OPTIONS] == ["layers"]
+    assert resolve_spec("sink:4,60").canonical == SINK
+    assert resolve_spec("sink:4,60,layers=global").canonical == SINK + ",layers=global"
+    assert resolve_spec("sink:4,60,layers=global").shared["layers"] == "global"
+    assert create_plugin("sink:4,60,layers=global").layer_policy == "global"
+    with pytest.raises(PluginError, match="layers"):
+        resolve_spec("sink:layers=some")
 
 
 def test_a_spec_of_the_wrong_type_is_refused():

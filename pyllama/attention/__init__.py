@@ -2,7 +2,10 @@
 
 The built-ins share their bookkeeping through Cython bases here: ``gather`` (row tables, counters,
 the gathering loops), ``window`` (sinks + window layout, the StreamingLLM shift), ``dense`` (a cache
-of every position), ``quant`` (KIVI quantisation) and ``cluster`` (seeded k-means); ``contract``
+of every position), ``quant`` (KIVI quantisation) and ``cluster`` (seeded k-means); the standard
+KV-cache methods (docs/methods.md) ``rows`` (rows per KV head), ``step`` (eviction every step),
+``event`` (compression at the event) and ``observed`` (SnapKV's score), with ``budget`` (the knobs
+they share); ``contract``
 checks a plugin class, ``files`` loads one from a local file, ``registry`` finds them by name.
 
 from pyllama.attention import Attention, Knob, Pool, attend_rows, register

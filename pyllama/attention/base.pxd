@@ -14,6 +14,7 @@ cdef class Attention:
     cdef const float* _pre_rope_q
     cdef int _q_dim, _kv_dim
     cdef public object query_before_rope  # Python path: this call's queries before RoPE (wants_pre_rope_query)
+    cdef public str layer_policy       # the spec's layers=: "all" (default) or "global" (layers.pyx)
 
     cdef Py_ssize_t bound_row(self, const float* q, Py_ssize_t n) except -2 nogil
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil

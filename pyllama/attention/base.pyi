@@ -21,6 +21,8 @@ class Attention:
     wants_pre_rope_query: ClassVar[bool]
     compresses_at_event: ClassVar[bool]
     holds: ClassVar[str]
+    model_windows: ClassVar[bool]
+    layer_policy: str
     query_before_rope: np.ndarray | None
     def init(self, config: ModelConfig, pool: Any) -> None: ...
     def reset(self) -> None: ...

@@ -60,6 +60,14 @@ built-in keeps each layer's state apart, so it computes the same bits either way
   (positions summarised, not kept: lattice, tiered's cold blocks), ``"everything"`` (every position is
   kept and a selection is made per query: quest, kmeans).
 
+**Models that attend differently per layer.** ``config.layer_windows`` says each layer's own window
+(0: global; Gemma 3: 512 on five layers of six) and ``config.layer_rope_bases`` its RoPE base
+(``config.rerotate(vec, delta, layer)``). The rule: a plugin may hide rows the model would see, never
+show rows the model would not. A class that sets ``model_windows = True`` applies its policy within a
+local layer's window itself (``sliding``, ``sink``); for any other, the engine runs the local layers
+with the model's own exact window and hands the plugin the global layers only
+(``pyllama.attention.layers``), as the shared option ``layers=global`` does for every plugin.
+
 A class declares ``description`` (one line) and ``knobs`` (its spec-string arguments, each a
 constructor keyword). ``pyllama.attention.registry`` checks all of this when a plugin is registered
 or loaded, and names the plugin and the problem when something is missing.
@@ -80,6 +88,7 @@ cdef class Attention:
     wants_pre_rope_query = False  # True: the engine keeps each position's queries before RoPE for it
     compresses_at_event = False  # True: the policy acts at compression events (compress), causal without one
     holds = "rows"  # what held_positions lists: "rows", "summaries" or "everything" (see the module docstring)
+    model_windows = False  # True: applies its policy within a sliding-window layer's window itself (layers.pyx)
 
     def __cinit__(self, *args, **kwargs):
         self.max_positions = 0
@@ -91,6 +100,7 @@ cdef class Attention:
         self._pre_rope_rows = None
         self._pre_rope_q = NULL
         self.query_before_rope = None
+        self.layer_policy = "all"
 
     def init(self, config, pool):
         """Allocate all state for ``config`` (a ModelConfig); ``pool.n_threads`` threads may be used."""

@@ -3,7 +3,12 @@
 from libc.stdlib cimport qsort
 
 from pyllama.attention.base cimport Attention
-from pyllama.attention.head cimport GGML_LANES, attend_head
+from pyllama.attention.head cimport GGML_LANES, attend_head, attend_head_rows
+
+# queries of a block attended together over contiguous rows (attend_prefix): 16 rows of scores of an
+# 8k cache are 512 KiB per head
+cdef enum:
+    BLOCK_QUERIES = 16
 
 
 cdef class GatherAttention(Attention):
@@ -29,6 +34,21 @@ cdef class GatherAttention(Attention):
         attend_head(q + h * self.head_dim, self.kptr + h * self.rows, self.vptr + h * self.rows, bias, n,
                     self.head_dim, self.scores + h * self.score_rows, out + h * self.head_dim, self.arithmetic,
                     self.lanes + h * GGML_LANES * self.head_dim)
+
+    # Query head h at positions pos .. pos + m - 1 (q, out: m rows of n_heads * head_dim floats), query j
+    # over the contiguous rows 0 .. pos + j of its KV head (keys/values + t * stride): the shared routine
+    # BLOCK_QUERIES queries at a time, with attend_head's bits. The scores scratch holds BLOCK_QUERIES rows
+    # of score_rows / BLOCK_QUERIES floats per head (init_gather's score_rows).
+    cdef inline void attend_prefix(self, int h, const float* q, const float* keys, const float* values,
+                                   Py_ssize_t stride, long long pos, Py_ssize_t m, float* out) noexcept nogil:
+        cdef Py_ssize_t c, j0, q_dim = self.n_heads * self.head_dim
+        cdef int hd = self.head_dim
+        for c in range((m + BLOCK_QUERIES - 1) // BLOCK_QUERIES):
+            j0 = c * BLOCK_QUERIES
+            attend_head_rows(q + j0 * q_dim + h * hd, q_dim, keys, values, stride, pos + j0 + 1,
+                             min(<Py_ssize_t>BLOCK_QUERIES, m - j0), hd, self.scores + h * self.score_rows,
+                             self.score_rows // BLOCK_QUERIES, out + j0 * q_dim + h * hd, q_dim, self.arithmetic,
+                             self.lanes + h * GGML_LANES * hd)
 
 
 # ---- gathering: append rows to one head's tables kp/vp at index j; return the new count ------------

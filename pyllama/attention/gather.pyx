@@ -55,6 +55,12 @@ cdef class GatherAttention(Attention):
             self.length = <long long*>self.own(self._counts)
         return 0
 
+    def held_positions(self, int layer):
+        """Every position the layer has seen, for each KV head: what a plugin that keeps every
+        position (dense, or summarised: see its ``holds``) holds. Sinks + window memories override it."""
+        t = int(self._counts[0][layer]) if self._counts is not None else 0
+        return [np.arange(t, dtype=np.int64) for _ in range(self.n_kv_heads)]
+
     def reset(self):
         """A new sequence: every per-layer counter back to 0 (no reallocation)."""
         if self._counts is not None:

@@ -3,7 +3,10 @@
 Three sources, looked up in this order:
 
 * **built-ins** — the names in :data:`BUILTINS` (``causal``, ``sliding``, ``sink``, ``kmeans``,
-  ``tiered``, ``lattice``; ``plugins/``, packaged as ``pyllama.plugins``);
+  ``tiered``, ``lattice``, and the standard KV-cache methods of docs/methods.md: ``h2o``, ``tova``,
+  ``scissorhands``, ``snapkv``, ``pyramidkv``, ``adakv``, ``knorm``, ``keydiff``, ``expected``,
+  ``random``, ``quest``, ``kvquant``;
+  ``plugins/``, packaged as ``pyllama.plugins``);
 * **installed packages** — the ``pyllama.attention`` entry-point group, e.g. in a ``pyproject.toml``::
 
       [project.entry-points."pyllama.attention"]
@@ -64,6 +67,18 @@ BUILTINS: dict[str, str] = {
     "kmeans": "pyllama.plugins.kmeans:KMeans",
     "tiered": "pyllama.plugins.tiered:Tiered",
     "lattice": "pyllama.plugins.lattice:Lattice",
+    "h2o": "pyllama.plugins.h2o:H2O",
+    "tova": "pyllama.plugins.tova:TOVA",
+    "scissorhands": "pyllama.plugins.scissorhands:Scissorhands",
+    "snapkv": "pyllama.plugins.snapkv:SnapKV",
+    "pyramidkv": "pyllama.plugins.pyramidkv:PyramidKV",
+    "adakv": "pyllama.plugins.adakv:AdaKV",
+    "knorm": "pyllama.plugins.knorm:KNorm",
+    "keydiff": "pyllama.plugins.keydiff:KeyDiff",
+    "expected": "pyllama.plugins.expected:Expected",
+    "random": "pyllama.plugins.random:RandomEviction",
+    "quest": "pyllama.plugins.quest:Quest",
+    "kvquant": "pyllama.plugins.kvquant:KVQuant",
 }
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")
@@ -242,11 +257,13 @@ def create_plugin(spec: str | PluginSpec | Attention | None) -> Attention:
     if isinstance(resolved, Attention):
         return resolved
     try:
-        return resolved.cls(**resolved.values)
+        plugin = resolved.cls(**resolved.values)
     except PluginError:
         raise
     except (TypeError, ValueError, OverflowError, MemoryError) as exc:
         raise PluginError(f"{resolved.canonical}: {exc}") from exc
+    plugin.layer_policy = resolved.shared.get("layers", "all")
+    return plugin
 
 
 def plugin_infos(include_errors: bool = True) -> list[PluginInfo]:
@@ -270,6 +287,6 @@ def plugins_markdown() -> str:
         knobs = (
             "<br>".join(f"`{k.name}` ({k.describe_range()}, {k.describe_default()}): {k.help}" for k in info.knobs)
             or "—"
-        )
+        ).replace("|", "\\|")  # a choice's "a|b" inside a table cell
         lines.append(f"| `{info.name}` | {info.description} | {knobs} |")
     return "\n".join(lines)

@@ -206,7 +206,15 @@ def format_value(value: Any) -> str:
 # and carried in PluginSpec.shared for the engine, never passed to the plugin's constructor. A plugin
 # may not declare a knob of the same name (the contract refuses it). Adding one is adding its Knob
 # here; its meaning lives where the engine reads PluginSpec.shared.
-SHARED_OPTIONS: tuple[Knob, ...] = ()
+SHARED_OPTIONS: tuple[Knob, ...] = (
+    Knob(
+        "layers",
+        ("all", "global"),
+        "all",
+        "on a model with sliding-window layers: all (the plugin applies its policy within their window, if "
+        "it can) or global (the model's own window runs them; the plugin gets the global layers)",
+    ),
+)
 
 BUILT_IN = "built-in"  # PluginSpec.origin of the plugins in pyllama.plugins
 

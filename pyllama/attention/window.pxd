@@ -14,6 +14,7 @@ cdef inline void kept_span(long long pos, long long sinks, long long window, lon
 
 cdef class WindowAttention(GatherAttention):
     cdef readonly long long sinks, window
+    cdef long long* model_window  # [n_layers]: the model's own window on each layer (0: global)
     cdef float* sink_k        # [n_layers, max(sinks, 1), kv_dim]: position t < sinks in row t
     cdef float* sink_v
     cdef float* ring_k        # [n_layers, window, kv_dim]: position t >= sinks in row (t - sinks) % window
@@ -28,12 +29,36 @@ cdef class WindowAttention(GatherAttention):
     cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil
     cdef const float* moved(self, const float* keys, long long n, long long delta, long long dst) noexcept nogil
 
+    cdef inline void visible_span(self, int layer, long long pos, long long* first_sink, long long* n_sink,
+                                  long long* ring_start, long long* n_ring) noexcept nogil:
+        """kept_span within the model's window on layer: sink positions first_sink .. n_sink - 1 and
+        the window ring_start .. pos (n_ring), none older than pos - model_window + 1 (a plugin may
+        hide rows the model would see, never show one it would not)."""
+        cdef long long lo = pos + 1 - self.model_window[layer]
+        kept_span(pos, self.sinks, self.window, n_sink, ring_start, n_ring)
+        first_sink[0] = 0
+        if self.model_window[layer] > 0 and lo > 0:
+            first_sink[0] = lo if lo < n_sink[0] else n_sink[0]
+            if ring_start[0] < lo:
+                n_ring[0] = n_ring[0] - (lo - ring_start[0]) if n_ring[0] > lo - ring_start[0] else 0
+                ring_start[0] = lo
+
     # one head's kept exact rows, appended to kp/vp at j (see gather.pxd's take_*); off: the KV head's channels
     cdef inline long long take_sinks(self, const float** kp, const float** vp, float* bias, long long j, int layer,
                                      const float* sink_keys, long long n_sink, Py_ssize_t off) noexcept nogil:
         """Sink positions 0 .. n_sink - 1; sink_keys: this layer's sink keys (moved by ``moved`` or not)."""
         return take_rows(kp, vp, bias, j, sink_keys + off, self.sink_v + layer * self.sinks * self.kv_dim + off,
                          n_sink, self.kv_dim)
+
+    cdef inline long long take_sinks_from(self, const float** kp, const float** vp, float* bias, long long j,
+                                          int layer, const float* sink_keys, long long first, long long n_sink,
+                                          Py_ssize_t off) noexcept nogil:
+        """Sink positions first .. n_sink - 1 (take_sinks past those the model's window hides)."""
+        cdef Py_ssize_t row = first * self.kv_dim + off
+        if first >= n_sink:
+            return j
+        return take_rows(kp, vp, bias, j, sink_keys + row, self.sink_v + layer * self.sinks * self.kv_dim + row,
+                         n_sink - first, self.kv_dim)
 
     cdef inline long long take_window(self, const float** kp, const float** vp, float* bias, long long j, int layer,
                                       long long ring_start, long long n_ring, Py_ssize_t off) noexcept nogil:

@@ -48,19 +48,37 @@ cdef class WindowAttention(GatherAttention):
         """What ``init_window`` allocates for these arguments (Python integers: no overflow)."""
         S, W, L, kv = int(self.sinks), int(self.window), config.n_layers, config.kv_dim
         shift = n_shifted * kv * 4 + 2 * max(config.n_rot // 2, 1) * 4 if n_shifted > 0 else 0
-        return gather_bytes(config, rows, counters) + 2 * L * (max(S, 1) + W) * kv * 4 + shift
+        windows = L * 8  # model_window: each layer's own window, int64
+        return gather_bytes(config, rows, counters) + 2 * L * (max(S, 1) + W) * kv * 4 + shift + windows
 
     def held_exact(self):
-        """Per layer, the positions the sinks and the window hold now (int64 numpy)."""
+        """Per layer, the positions the sinks and the window hold now within the model's window (int64)."""
         t = self._counts[0]
-        return np.minimum(t, self.sinks) + np.minimum(np.maximum(t - self.sinks, 0), self.window)
+        sinks = np.minimum(t, self.sinks)
+        ring = np.minimum(np.maximum(t - self.sinks, 0), self.window)
+        W = np.asarray(getattr(self.config, "layer_windows", ()) or (0,) * len(t), dtype=np.int64)
+        hidden = np.where(W > 0, np.maximum(t - W, 0), 0)  # positions 0 .. t - W - 1 are out of the model's window
+        ring_start = t - ring
+        return np.maximum(sinks - hidden, 0) + ring - np.clip(hidden - ring_start, 0, ring)
+
+    def held_positions(self, int layer):
+        """The sink and window positions held after the last call (the same for every KV head)."""
+        t = int(self._counts[0][layer]) if self._counts is not None else 0
+        if t == 0:
+            return [np.zeros(0, dtype=np.int64) for _ in range(self.n_kv_heads)]
+        cdef long long first, n_sink, start, n_ring
+        self.visible_span(layer, t - 1, &first, &n_sink, &start, &n_ring)
+        held = np.concatenate([np.arange(first, n_sink), np.arange(start, start + n_ring)]).astype(np.int64)
+        return [held.copy() for _ in range(self.n_kv_heads)]
 
     cdef int init_window(self, config, long long rows, int counters, long long n_shifted) except -1:
         """init_gather, then the sink and ring rows; n_shifted > 0: that many scratch rows for ``moved``."""
         cdef Py_ssize_t half = max(config.n_rot // 2, 1)
         L, kv = config.n_layers, config.kv_dim
         self.init_gather(config, rows, counters)
-        self.rope = rope_spec_of(config)
+        self.rope = rope_spec_of(config, config.rope_theta)
+        windows = getattr(config, "layer_windows", ()) or (0,) * L
+        self.model_window = <long long*>self.own(np.asarray(windows, dtype=np.int64))
         # max(…, 1): a valid pointer even for sinks=0
         self.sink_k = <float*>self.own(np.zeros((L, max(self.sinks, 1), kv), dtype=np.float32))
         self.sink_v = <float*>self.own(np.zeros((L, max(self.sinks, 1), kv), dtype=np.float32))

@@ -16,6 +16,7 @@ from libc.stdlib cimport malloc, calloc, free
 
 import numpy as np
 
+from pyllama.attention.layers import govern_layers
 from pyllama.attention.pool import Pool
 from pyllama.kernels.aligned import zeros_aligned
 from pyllama.errors import PositionError
@@ -26,7 +27,7 @@ from pyllama.engine.generate cimport generate
 from pyllama.engine.observer cimport EngineObserver
 from pyllama.kernels.threads cimport block_team_start
 from pyllama.engine.state cimport Config, LayerPtrs, RopeTables, RunState
-from pyllama.kernels.elementwise cimport arithmetic_of
+from pyllama.kernels.elementwise cimport FFN_GELU_TANH, FFN_SILU, arithmetic_of
 from pyllama.kernels.matvec cimport matrix_of, quant_scratch
 from pyllama.kernels.rope cimport rope_spec_of, rope_row
 from pyllama.sampler cimport Sampler
@@ -54,9 +55,8 @@ cdef class Engine:
 
     def __cinit__(self):
         self.t.weights.layers = NULL
-        self.t.state.rope.cos = NULL
-        self.t.state.rope.sin = NULL
-        self.t.state.rope.scratch = NULL
+        self.t.state.ropes = NULL
+        self.t.state.n_ropes = 0
         self.t.state.q_pre = NULL
         self.t.observer.stage = NULL
         self.t.observer.attended = NULL
@@ -68,6 +68,7 @@ cdef class Engine:
     def __init__(self, config, weights, Attention attention, int n_threads=1, int max_block=DEFAULT_BLOCK):
         if attention is None:
             raise TypeError("Engine needs an attention plugin")
+        attention = govern_layers(attention, config)  # a model's sliding-window layers (attention/layers.pyx)
         self.config = config
         self.weights = weights
         self.attention = attention
@@ -100,6 +101,9 @@ cdef class Engine:
         self.t.config.eps = config.norm_eps
         self.t.config.arithmetic = arithmetic_of(config)
         self.t.config.max_block = self.max_block
+        self.t.config.ffn_activation = FFN_GELU_TANH if config.ffn_activation == "gelu_tanh" else FFN_SILU
+        self.t.config.embedding_scale = config.embedding_scale
+        self.t.config.logit_softcap = config.logit_softcap
         return 0
 
     cdef int _bind_weights(self, object weights) except -1:
@@ -118,6 +122,10 @@ cdef class Engine:
             lp.bq = vector_ptr(lw.bq)
             lp.bk = vector_ptr(lw.bk)
             lp.bv = vector_ptr(lw.bv)
+            lp.q_norm = vector_ptr(lw.q_norm)
+            lp.k_norm = vector_ptr(lw.k_norm)
+            lp.post_attn_norm = vector_ptr(lw.post_attention_norm)
+            lp.post_ffn_norm = vector_ptr(lw.post_ffn_norm)
             lp.wq = matrix_of(lw.wq)
             lp.wk = matrix_of(lw.wk)
             lp.wv = matrix_of(lw.wv)
@@ -163,26 +171,41 @@ cdef class Engine:
         return 0
 
     cdef int _rope_tables(self, object config, long long max_positions) except -1:
+        """One table of cos and sin rows per distinct RoPE base of the layers (Gemma 3: two), and
+        each layer's index into them."""
         cdef long long p
-        cdef int half
-        cdef RopeTables* rope = &self.t.state.rope
-        rope.spec = rope_spec_of(config)
-        half = max(rope.spec.n_rot // 2, 1)
-        rope.rows = min(max(max_positions, config.seq_len), ROPE_TABLE_MAX)
-        rope.cos = <float*>malloc(rope.rows * half * sizeof(float))
-        rope.sin = <float*>malloc(rope.rows * half * sizeof(float))
-        rope.scratch = <float*>malloc(2 * half * sizeof(float))
-        if rope.cos == NULL or rope.sin == NULL or rope.scratch == NULL:
+        cdef int half, r, li
+        cdef RopeTables* rope
+        bases = list(dict.fromkeys(config.layer_rope_bases))
+        self.t.state.ropes = <RopeTables*>calloc(len(bases), sizeof(RopeTables))
+        if self.t.state.ropes == NULL:
             raise MemoryError()
-        for p in range(rope.rows):
-            rope_row(&rope.spec, p, rope.cos + p * half, rope.sin + p * half)
+        self.t.state.n_ropes = len(bases)
+        for li in range(config.n_layers):
+            self.t.weights.layers[li].rope = bases.index(config.layer_rope_bases[li])
+        for r in range(len(bases)):
+            rope = &self.t.state.ropes[r]
+            rope.spec = rope_spec_of(config, bases[r])
+            half = max(rope.spec.n_rot // 2, 1)
+            rope.rows = min(max(max_positions, config.seq_len), ROPE_TABLE_MAX)
+            rope.cos = <float*>malloc(rope.rows * half * sizeof(float))
+            rope.sin = <float*>malloc(rope.rows * half * sizeof(float))
+            rope.scratch = <float*>malloc(2 * half * sizeof(float))
+            if rope.cos == NULL or rope.sin == NULL or rope.scratch == NULL:
+                raise MemoryError()
+            for p in range(rope.rows):
+                rope_row(&rope.spec, p, rope.cos + p * half, rope.sin + p * half)
         return 0
 
     def __dealloc__(self):
+        cdef int r
         free(self.t.weights.layers)
-        free(self.t.state.rope.cos)
-        free(self.t.state.rope.sin)
-        free(self.t.state.rope.scratch)
+        if self.t.state.ropes != NULL:
+            for r in range(self.t.state.n_ropes):
+                free(self.t.state.ropes[r].cos)
+                free(self.t.state.ropes[r].sin)
+                free(self.t.state.ropes[r].scratch)
+            free(self.t.state.ropes)
 
     # ---- what a forward left behind --------------------------------------------------------------
     @property

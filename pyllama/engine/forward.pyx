@@ -19,18 +19,20 @@ the GIL. The residual stream is checked for NaN/Inf after every layer (nonfinite
 """
 
 from libc.stdint cimport int32_t
+from libc.math cimport tanhf
 from libc.string cimport memcpy
 from cython.parallel cimport prange
 
 from pyllama.attention.base cimport Attention
 from pyllama.engine.nonfinite cimport check_rows, first_bad_row
 from pyllama.engine.observer cimport (
-    Observer, report, STAGE_ATTENTION, STAGE_ATTN_NORM, STAGE_ATTN_OUT, STAGE_EMBEDDING, STAGE_FFN_ACT,
-    STAGE_FFN_GATE, STAGE_FFN_INP, STAGE_FFN_NORM, STAGE_FFN_OUT, STAGE_FFN_UP, STAGE_K, STAGE_LAYER_OUT,
-    STAGE_LOGITS, STAGE_Q, STAGE_Q_PRE_ROPE, STAGE_RESULT_NORM, STAGE_V,
+    Observer, report, STAGE_ATTENTION, STAGE_ATTN_NORM, STAGE_ATTN_OUT, STAGE_ATTN_POST_NORM, STAGE_EMBEDDING,
+    STAGE_EMBEDDING_SCALED, STAGE_FFN_ACT, STAGE_FFN_GATE, STAGE_FFN_INP, STAGE_FFN_NORM, STAGE_FFN_OUT,
+    STAGE_FFN_POST_NORM, STAGE_FFN_UP, STAGE_K, STAGE_K_NORMED, STAGE_LAYER_OUT, STAGE_LOGITS, STAGE_Q,
+    STAGE_Q_NORMED, STAGE_Q_PRE_ROPE, STAGE_RESULT_NORM, STAGE_V,
 )
 from pyllama.engine.state cimport Config, LayerPtrs, RopeTables, RunState, Transformer
-from pyllama.kernels.elementwise cimport add_inplace, rmsnorm_as, swiglu_as
+from pyllama.kernels.elementwise cimport add_inplace, ffn_act_as, rmsnorm_as
 from pyllama.kernels.matvec cimport Matrix, embedding_row, matmul, matmul_many, matvec
 from pyllama.kernels.rope cimport rope_apply, rope_row
 from pyllama.kernels.threads cimport block_end, team_size, token_start
@@ -57,7 +59,7 @@ cdef void rope_rows_at(RopeTables* rope, long long pos, const float** cos_row, c
 cdef enum:
     ADD_COST = 1
     NORM_COST = 2
-    SWIGLU_COST = 8
+    SWIGLU_COST = 8  # GeGLU's table lookup costs less; the same count keeps one rule
 
 
 cdef void rmsnorm_rows(const Transformer* t, float* out, const float* x, const float* weight,
@@ -86,16 +88,25 @@ cdef void add_rows(const Transformer* t, float* y, const float* x, Py_ssize_t n)
         add_inplace(y + i * dim, x + i * dim, dim)
 
 
-cdef void swiglu_rows(const Transformer* t, float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
-    cdef int hidden = t.config.hidden_dim, arithmetic = t.config.arithmetic
+cdef void ffn_act_rows(const Transformer* t, float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
+    cdef int hidden = t.config.hidden_dim, arithmetic = t.config.arithmetic, act = t.config.ffn_activation
     cdef int team = team_size(t.n_threads, <long long>n * hidden * SWIGLU_COST)
     cdef Py_ssize_t i
     if team == 1:
         for i in range(n):
-            swiglu_as(arithmetic, hb + i * hidden, hb2 + i * hidden, hidden)
+            ffn_act_as(act, arithmetic, hb + i * hidden, hb2 + i * hidden, hidden)
         return
     for i in prange(n, schedule="static", num_threads=team):
-        swiglu_as(arithmetic, hb + i * hidden, hb2 + i * hidden, hidden)
+        ffn_act_as(act, arithmetic, hb + i * hidden, hb2 + i * hidden, hidden)
+
+
+cdef void head_norms(const Transformer* t, float* x, const float* weight, Py_ssize_t n_heads) noexcept nogil:
+    """RMSNorm of each of n_heads heads of head_dim values in place (QK-norm: llama.cpp's build_norm of
+    Qcur/Kcur, the weight shared by the heads)."""
+    cdef int hd = t.config.head_dim
+    cdef Py_ssize_t h
+    for h in range(n_heads):
+        rmsnorm_as(t.config.arithmetic, x + h * hd, x + h * hd, weight, hd, t.config.eps)
 
 
 # ---- one layer --------------------------------------------------------------------------------------
@@ -108,6 +119,7 @@ cdef int layer_qkv(Transformer* t, const LayerPtrs* lw, int li, Py_ssize_t n, lo
     cdef Py_ssize_t i
     cdef const float* cos_row
     cdef const float* sin_row
+    cdef RopeTables* rope
     cdef float* outs[3]
     cdef const Matrix* mats[3]
     rmsnorm_rows(t, s.xb, s.x, lw.attn_norm, n)
@@ -122,13 +134,19 @@ cdef int layer_qkv(Transformer* t, const LayerPtrs* lw, int li, Py_ssize_t n, lo
             add_inplace(s.k + i * kv_dim, lw.bk, kv_dim)
         if lw.bv != NULL:
             add_inplace(s.v + i * kv_dim, lw.bv, kv_dim)
+    if lw.q_norm != NULL:
+        head_norms(t, s.q, lw.q_norm, n * c.n_heads)
+        head_norms(t, s.k, lw.k_norm, n * c.n_kv_heads)
+        report(o, STAGE_Q_NORMED, li, pos, n, s.q, q_dim)
+        report(o, STAGE_K_NORMED, li, pos, n, s.k, kv_dim)
     if s.q_pre != NULL:
         memcpy(s.q_pre, s.q, n * q_dim * sizeof(float))
     report(o, STAGE_Q_PRE_ROPE, li, pos, n, s.q, q_dim)
+    rope = &s.ropes[lw.rope]
     for i in range(n):
-        rope_rows_at(&s.rope, pos + i, &cos_row, &sin_row)
-        rope_apply(&s.rope.spec, s.q + i * q_dim, c.n_heads, cos_row, sin_row)
-        rope_apply(&s.rope.spec, s.k + i * kv_dim, c.n_kv_heads, cos_row, sin_row)
+        rope_rows_at(rope, pos + i, &cos_row, &sin_row)
+        rope_apply(&rope.spec, s.q + i * q_dim, c.n_heads, cos_row, sin_row)
+        rope_apply(&rope.spec, s.k + i * kv_dim, c.n_kv_heads, cos_row, sin_row)
     report(o, STAGE_Q, li, pos, n, s.q, q_dim)
     report(o, STAGE_K, li, pos, n, s.k, kv_dim)
     report(o, STAGE_V, li, pos, n, s.v, kv_dim)
@@ -163,6 +181,9 @@ cdef int layer_out(Transformer* t, const LayerPtrs* lw, int li, Py_ssize_t n, lo
     cdef const Matrix* mats[2]
     matmul(s.xb2, &lw.wo, s.att, n, &s.qscratch, t.n_threads)
     report(o, STAGE_ATTN_OUT, li, pos, n, s.xb2, c.dim)
+    if lw.post_attn_norm != NULL:
+        rmsnorm_rows(t, s.xb2, s.xb2, lw.post_attn_norm, n)
+        report(o, STAGE_ATTN_POST_NORM, li, pos, n, s.xb2, c.dim)
     add_rows(t, s.x, s.xb2, n)
     report(o, STAGE_FFN_INP, li, pos, n, s.x, c.dim)
     rmsnorm_rows(t, s.xb, s.x, lw.ffn_norm, n)
@@ -172,10 +193,13 @@ cdef int layer_out(Transformer* t, const LayerPtrs* lw, int li, Py_ssize_t n, lo
     matmul_many(2, outs, mats, s.xb, n, &s.qscratch, t.n_threads)
     report(o, STAGE_FFN_GATE, li, pos, n, s.hb, c.hidden_dim)
     report(o, STAGE_FFN_UP, li, pos, n, s.hb2, c.hidden_dim)
-    swiglu_rows(t, s.hb, s.hb2, n)
+    ffn_act_rows(t, s.hb, s.hb2, n)
     report(o, STAGE_FFN_ACT, li, pos, n, s.hb, c.hidden_dim)
     matmul(s.xb, &lw.w2, s.hb, n, &s.qscratch, t.n_threads)
     report(o, STAGE_FFN_OUT, li, pos, n, s.xb, c.dim)
+    if lw.post_ffn_norm != NULL:
+        rmsnorm_rows(t, s.xb, s.xb, lw.post_ffn_norm, n)
+        report(o, STAGE_FFN_POST_NORM, li, pos, n, s.xb, c.dim)
     add_rows(t, s.x, s.xb, n)
     report(o, STAGE_LAYER_OUT, li, pos, n, s.x, c.dim)
     return 0
@@ -207,8 +231,11 @@ cdef int forward_rows(Transformer* t, Attention attention, const int32_t* tokens
     for i in range(n):
         embedding_row(s.x + i * dim, &t.weights.tok_emb, tokens[i])
         s.row_bad[i] = -1
-    check_rows(s, c, -1, n)
     report(o, STAGE_EMBEDDING, -1, pos, n, s.x, dim)
+    if c.embedding_scale != 1.0:
+        scale_values(s.x, c.embedding_scale, n * dim)
+        report(o, STAGE_EMBEDDING_SCALED, -1, pos, n, s.x, dim)
+    check_rows(s, c, -1, n)
     for li in range(c.n_layers):
         layer_qkv(t, &t.weights.layers[li], li, n, pos)
         layer_attention(t, attention, li, n, pos)
@@ -221,11 +248,31 @@ cdef int forward_rows(Transformer* t, Attention attention, const int32_t* tokens
         return 0
     if logits != NULL:
         matmul(logits, &t.weights.cls, s.x, n, &s.qscratch, t.n_threads)
+        softcap(logits, c.logit_softcap, n * c.vocab_size)
         report(o, STAGE_LOGITS, -1, pos, n, logits, c.vocab_size)
     else:
         matvec(s.logits, &t.weights.cls, s.x + (n - 1) * dim, &s.qscratch, t.n_threads)
+        softcap(s.logits, c.logit_softcap, c.vocab_size)
         report(o, STAGE_LOGITS, -1, pos + n - 1, 1, s.logits, c.vocab_size)
     return 0
+
+
+cdef void scale_values(float* x, float scale, Py_ssize_t n) noexcept nogil:
+    # ggml_scale: each value times the scale, rounded once
+    cdef Py_ssize_t i
+    for i in range(n):
+        x[i] = x[i] * scale
+
+
+cdef void softcap(float* logits, float cap, Py_ssize_t n) noexcept nogil:
+    # llama.cpp's final-logit soft-capping: scale by 1/cap, tanh, scale by cap (three rounded steps)
+    cdef Py_ssize_t i
+    cdef float inv
+    if cap <= 0.0:
+        return
+    inv = 1.0 / cap
+    for i in range(n):
+        logits[i] = tanhf(logits[i] * inv) * cap
 
 
 cdef int forward(Transformer* t, Attention attention, int token, long long pos) except -1 nogil:

@@ -21,7 +21,12 @@ cdef enum:
     STAGE_RESULT_NORM = 14     # the final normed hidden state (dim)
     STAGE_LOGITS = 15          # the logits (vocab_size), when the pass computes them
     STAGE_Q_PRE_ROPE = 16      # queries before RoPE (q_dim), reported before STAGE_Q
-    STAGE_COUNT = 17
+    STAGE_EMBEDDING_SCALED = 17  # the embedding times the model's scale (Gemma 3's sqrt(dim))
+    STAGE_Q_NORMED = 18        # queries after QK-norm, before RoPE (qwen3, gemma3)
+    STAGE_K_NORMED = 19        # keys after QK-norm, before RoPE
+    STAGE_ATTN_POST_NORM = 20  # Wo's output after its RMSNorm (gemma3)
+    STAGE_FFN_POST_NORM = 21   # the FFN's output after its RMSNorm (gemma3)
+    STAGE_COUNT = 22
 
 # stage(owner, stage, layer, pos, n, rows, width): rows [n, width] at positions pos .. pos + n - 1
 ctypedef int (*stage_hook)(void* owner, int stage, int layer, long long pos, Py_ssize_t n, const float* rows,

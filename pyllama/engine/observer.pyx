@@ -14,7 +14,8 @@ import numpy as np
 
 STAGE_NAMES = (
     "embedding", "attn_norm", "q", "k", "v", "attention", "attn_out", "ffn_inp", "ffn_norm", "ffn_gate",
-    "ffn_up", "ffn_act", "ffn_out", "layer_out", "result_norm", "logits", "q_pre_rope",
+    "ffn_up", "ffn_act", "ffn_out", "layer_out", "result_norm", "logits", "q_pre_rope", "embedding_scaled",
+    "q_normed", "k_normed", "attn_post_norm", "ffn_post_norm",
 )
 assert len(STAGE_NAMES) == STAGE_COUNT
 

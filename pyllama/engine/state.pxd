@@ -31,6 +31,9 @@ cdef struct Config:
     float eps                  # rmsnorm epsilon
     int arithmetic             # whose rmsnorm/SwiGLU rounding: ARITH_RUNC or ARITH_GGML (kernels/elementwise.pxd)
     int max_block              # most positions one pass takes
+    int ffn_activation         # FFN_SILU (SwiGLU) or FFN_GELU_TANH (GeGLU, Gemma 3)
+    float embedding_scale      # the embedding row times this (1: none; Gemma 3: sqrtf(dim))
+    float logit_softcap        # logits = c * tanh(logits / c) when c > 0
 
 cdef struct LayerPtrs:
     const float* attn_norm     # [dim]
@@ -38,6 +41,11 @@ cdef struct LayerPtrs:
     const float* bq            # [q_dim] or NULL (qwen2's Q/K/V biases)
     const float* bk            # [kv_dim] or NULL
     const float* bv            # [kv_dim] or NULL
+    const float* q_norm        # [head_dim] or NULL: RMSNorm of every query head before RoPE (qwen3, gemma3)
+    const float* k_norm        # [head_dim] or NULL: the same for keys
+    const float* post_attn_norm  # [dim] or NULL: RMSNorm of Wo's output before the residual add (gemma3)
+    const float* post_ffn_norm   # [dim] or NULL: RMSNorm of the FFN's output before its residual add
+    int rope                   # which of RunState.ropes rotates this layer's queries and keys
     Matrix wq                  # (q_dim, dim)
     Matrix wk                  # (kv_dim, dim)
     Matrix wv                  # (kv_dim, dim)
@@ -73,7 +81,8 @@ cdef struct RunState:
     float* q_pre               # q_dim, or NULL: the queries before RoPE, for a plugin that asks for them
     float* logits              # [vocab_size]: the last row's logits (a pass without a logits buffer)
     QuantScratch qscratch      # the integer kernels' quantised activations, max_block rows
-    RopeTables rope
+    RopeTables* ropes          # [n_ropes]: one per distinct RoPE base of the layers
+    int n_ropes
     # non-finite detection (nonfinite.pyx)
     int nonfinite_layer        # -1, or the first layer whose output held NaN/Inf (last pass: its earliest bad row)
     int nonfinite_stage        # NONFINITE_*: what of that layer went bad first

@@ -6,6 +6,11 @@ cdef enum:
     ARITH_RUNC = 0
     ARITH_GGML = 1
 
+# the FFN's gated activation (ModelConfig.ffn_activation)
+cdef enum:
+    FFN_SILU = 0
+    FFN_GELU_TANH = 1
+
 # the code of a config's (or a name's) arithmetic; a config without the attribute is run.c's
 cdef int arithmetic_of(config) except -1
 cdef int arithmetic_code(name) except -1
@@ -21,4 +26,6 @@ cdef void swiglu_ggml(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil
 cdef void rmsnorm_as(int arithmetic, float* out, const float* x, const float* weight, Py_ssize_t n,
                      float eps) noexcept nogil
 cdef void swiglu_as(int arithmetic, float* hb, const float* hb2, Py_ssize_t n) noexcept nogil
+cdef void geglu_ggml(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil
+cdef void ffn_act_as(int activation, int arithmetic, float* hb, const float* hb2, Py_ssize_t n) noexcept nogil
 cdef void add_inplace(float* y, const float* x, Py_ssize_t n) noexcept nogil

@@ -190,6 +190,10 @@ cdef void swiglu(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
 cdef extern from "ggml_math.h":
     float pyllama_ggml_expf(float x) nogil
     void pyllama_ggml_swiglu(float* hb, const float* hb2, long n) nogil
+    void pyllama_ggml_gelu_init() nogil
+    void pyllama_ggml_geglu(float* hb, const float* hb2, long n) nogil
+
+pyllama_ggml_gelu_init()  # ggml's fp16 GELU table, once (ggml_cpu_init does the same)
 
 
 cdef void rmsnorm_ggml(float* out, const float* x, const float* weight, Py_ssize_t n, float eps) noexcept nogil:
@@ -209,6 +213,19 @@ cdef void rmsnorm_ggml(float* out, const float* x, const float* weight, Py_ssize
 cdef void swiglu_ggml(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
     """hb = silu(hb) * hb2 with ggml's silu, x / (1 + e^-x), and its exp (ggml_math.h)."""
     pyllama_ggml_swiglu(hb, hb2, n)
+
+
+cdef void geglu_ggml(float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
+    """hb = gelu(hb) * hb2 as ggml_vec_geglu_f32 on the CPU: GELU's tanh form through ggml's fp16 table."""
+    pyllama_ggml_geglu(hb, hb2, n)
+
+
+cdef void ffn_act_as(int activation, int arithmetic, float* hb, const float* hb2, Py_ssize_t n) noexcept nogil:
+    """The FFN's gated activation: SwiGLU (FFN_SILU) in the model's arithmetic, or GeGLU (FFN_GELU_TANH, ggml's)."""
+    if activation == FFN_GELU_TANH:
+        geglu_ggml(hb, hb2, n)
+    else:
+        swiglu_as(arithmetic, hb, hb2, n)
 
 
 cdef void rmsnorm_as(int arithmetic, float* out, const float* x, const float* weight, Py_ssize_t n,
@@ -266,6 +283,14 @@ def swiglu_(float[::1] hb, const float[::1] hb2, str arithmetic="run.c"):
     cdef int kind = ARITHMETIC[arithmetic]
     if hb.shape[0]:
         swiglu_as(kind, &hb[0], &hb2[0], hb.shape[0])
+
+
+def geglu_(float[::1] hb, const float[::1] hb2):
+    """hb = gelu(hb) * hb2 in place, as ggml computes it (for tests)."""
+    if hb.shape[0] != hb2.shape[0]:
+        raise ValueError("geglu_: hb and hb2 differ in length")
+    if hb.shape[0]:
+        geglu_ggml(&hb[0], &hb2[0], hb.shape[0])
 
 
 def ggml_exp(const float[::1] x):

@@ -202,5 +202,41 @@ static inline float pyllama_ggml_dot_f32(const float *x, const float *y, long n)
         s = fmaf(x[i], y[i], s);
     return s;
 }
+/* GELU as ggml computes it on the CPU (vec.h, GGML_GELU_FP16): for -10 < x < 10, the table value of
+   x rounded to half, the table holding ggml_gelu_f32 of every half rounded to half (ggml-cpu.c's
+   ggml_cpu_init); outside, 0 or x. The expression is ggml_gelu_f32's, in its order, compiled as
+   ggml's is (GCC, -O3, fp-contract at its default), so the table carries its bits. */
+static float pyllama_ggml_gelu_table[65536];
+static int pyllama_ggml_gelu_ready = 0;
+
+static inline float pyllama_ggml_gelu_f32(float x) {
+    const float GELU_COEF_A = 0.044715f;
+    const float SQRT_2_OVER_PI = 0.79788456080286535587989211986876f;
+    return 0.5f*x*(1.0f + tanhf(SQRT_2_OVER_PI*x*(1.0f + GELU_COEF_A*x*x)));
+}
+
+static void pyllama_ggml_gelu_init(void) {
+    if (pyllama_ggml_gelu_ready) return;
+    for (uint32_t i = 0; i < 65536; ++i) {
+        float f = pyllama_half_to_float((uint16_t)i);
+        pyllama_ggml_gelu_table[i] = pyllama_half_to_float(pyllama_float_to_half(pyllama_ggml_gelu_f32(f)));
+    }
+    pyllama_ggml_gelu_ready = 1;
+}
+
+/* hb = gelu(hb) * hb2: ggml_vec_geglu_f32 (the table must be ready: pyllama_ggml_gelu_init) */
+static inline void pyllama_ggml_geglu(float *hb, const float *hb2, long n) {
+    for (long i = 0; i < n; ++i) {
+        float x = hb[i];
+        if (x <= -10.0f) {
+            hb[i] = 0.0f;
+        } else if (x >= 10.0f) {
+            hb[i] = x * hb2[i];
+        } else {
+            hb[i] = pyllama_ggml_gelu_table[pyllama_float_to_half(x)] * hb2[i];
+        }
+    }
+}
+
 #endif
 

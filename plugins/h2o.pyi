@@ -1,0 +1,9 @@
+from pyllama.attention.base import Attention
+from pyllama.config import ModelConfig
+
+class H2O(Attention):
+    def __init__(
+        self, ratio: float = 0.5, capacity: int = 0, window: str | int = "half", sinks: int = 0, positions: int = 0
+    ) -> None: ...
+    def planned_bytes(self, config: ModelConfig) -> int: ...
+    def held_positions(self, layer: int) -> list | None: ...

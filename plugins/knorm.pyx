@@ -1,0 +1,48 @@
+"""``knorm``: keep the keys of smallest L2 norm.
+
+Devoto et al., "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression", EMNLP 2024
+(arXiv:2406.11430). kvpress: ``KnormPress``; KVCache-Factory: ``l2norm`` (``L2NormCluster``).
+
+Rule. At a compression, a held row's score is minus the L2 norm of its key (float64); per KV head the
+target (``ratio`` of the held rows removed, or ``capacity`` kept) is met by evicting the largest norms,
+the older first among equal norms; ``sinks`` and ``window`` are never evicted. KVCache-Factory leaves
+layers 0 and 1 uncompressed; kvpress and this plugin compress every layer. Exact until the event
+(``compress``), again every ``every`` positions after it.
+
+State: the row store's rows only.
+"""
+
+from libc.math cimport sqrt
+
+from pyllama.attention.event cimport EventAttention
+from pyllama.attention.rows cimport dot_lanes
+
+from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
+from pyllama.attention.dense import POSITIONS
+from pyllama.attention.memory import require_memory
+from pyllama.attention.spec import check_knobs
+
+
+cdef class KNorm(EventAttention):
+    name = "knorm"
+    description = "KNorm: at the event, keep the keys of smallest L2 norm per KV head (again every N with every)"
+    knobs = (RATIO, CAPACITY, window_knob(0), sinks_knob(0), EVERY, POSITIONS)
+
+    def __init__(self, ratio: float = 0.5, capacity: int = 0, window: int = 0, sinks: int = 0, every: int = 0,
+                 positions: int = 0):
+        check_knobs(self, ratio=ratio, capacity=capacity, window=window, sinks=sinks, every=every,
+                    positions=positions)
+        self.set_event_budget(ratio, capacity, window, sinks, every, positions)
+
+    def planned_bytes(self, config):
+        return self.event_bytes(config, 0)
+
+    def init(self, config, pool):
+        require_memory("knorm", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
+        self.init_event(config, 0)
+
+    cdef void event_scores(self, int layer, long long pos, int g, long long n, double* score) noexcept nogil:
+        cdef const float* keys = self.keys + self.row_of(layer, g) * self.head_dim
+        cdef long long r
+        for r in range(n):
+            score[r] = -sqrt(dot_lanes(keys + r * self.head_dim, keys + r * self.head_dim, self.head_dim))

@@ -1,0 +1,13 @@
+import numpy as np
+
+from pyllama.attention.base import Attention
+from pyllama.config import ModelConfig
+
+class KVQuant(Attention):
+    k: str
+    v: str
+    positions: int
+    def __init__(self, k: str = "f16", v: str = "f16", positions: int = 0) -> None: ...
+    def planned_bytes(self, config: ModelConfig) -> int: ...
+    def owned_bytes(self) -> int: ...
+    def stored_rows(self, layer: int) -> tuple[np.ndarray, np.ndarray]: ...

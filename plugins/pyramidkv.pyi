@@ -1,0 +1,30 @@
+import numpy as np
+
+from pyllama.attention.base import Attention
+from pyllama.config import ModelConfig
+
+class PyramidKV(Attention):
+    kernel: int
+    pool: str
+    beta: int
+    def __init__(
+        self,
+        ratio: float = 0.5,
+        capacity: int = 0,
+        window: int = 64,
+        kernel: int = 5,
+        pool: str = "avg",
+        beta: int = 20,
+        sinks: int = 0,
+        every: int = 0,
+        positions: int = 0,
+    ) -> None: ...
+    def planned_bytes(self, config: ModelConfig) -> int: ...
+    def start_from(
+        self,
+        layer: int,
+        keys: np.ndarray,
+        values: np.ndarray,
+        queries: np.ndarray | None = None,
+        queries_pre_rope: np.ndarray | None = None,
+    ) -> None: ...
