@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,9 +21,6 @@ from pyllama.leaderboard.report import board_points, markdown
 from pyllama.leaderboard.unit import TIMING_COLUMNS
 
 distributed = pytest.importorskip("distributed")
-
-PLUGIN = Path(__file__).parent / "branch_plugin.py"
-PRESS = f"{PLUGIN}:MeanQueryPress"  # an event method with start_from, as a file plugin: the workers import it too
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +44,7 @@ def cluster():
 def board(**extra) -> Board:
     values = dict(
         models=[str(shared_file("stories260K.bin"))],
-        methods=[PRESS, "sink", "sliding"],
+        methods=["snapkv", "sink", "sliding"],
         ratios=[0.0, 0.5, 0.9],
         tasks=["niah_single_1", "niah_multikey_2"],
         lengths=[300],

@@ -8,16 +8,16 @@ are the final hidden states of every position after the context (so every logit)
 the event and at the end, the positions held by every layer, and the greedy answer.
 
 The event methods are every registered plugin whose class has ``compresses_at_event`` and
-``start_from``: the test method of ``branch_plugin.py`` now, the baselines as they land. The replay
-covers every registered plugin whose instances take the replay start.
+``start_from`` (the methods on ``attention/event.pyx``), at every ratio of the default board, with
+two variants (AdaKV over Expected Attention, KeyDiff compressing again every 8 positions). The replay
+is checked on ``causal`` and on KNorm with its ``start_from`` hidden.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from branch_plugin import NAME, REPLAY_NAME, MeanQueryPress, MeanQueryReplay
-from conftest import shared_file
+from conftest import gemma3_file, shared_file
 from numpy_reference import NumpyLlama
 
 from pyllama.attention.registry import create_plugin, plugin_infos, register
@@ -25,39 +25,37 @@ from pyllama.diff.branch import decode_answer, teacher_force_rows
 from pyllama.diff.probes import load_probe
 from pyllama.diff.probes.ruler_metrics import postprocess
 from pyllama.diff.retrieval_scores import score_sequence
-from pyllama.leaderboard.methods import method_spec, ratio_methods
+from pyllama.leaderboard.board import DEFAULT_RATIOS
+from pyllama.leaderboard.methods import method_spec
 from pyllama.leaderboard.record import ContextRecord, record_bytes
 from pyllama.leaderboard.starts import FromRecord, Prefilled, ReplayAttention, branch_way
 from pyllama.leaderboard.unit import Branch, Unit, run_unit
 from pyllama.model import Model
+from pyllama.plugins.knorm import KNorm
 from pyllama.sweep.plan import file_sha256
 
-register(MeanQueryPress, replace=True)
-register(MeanQueryReplay, replace=True)
-
-RATIOS = (0.25, 0.5, 0.9)
+RATIOS = tuple(r for r in DEFAULT_RATIOS if r > 0)
 STORIES_PROBE = "ruler:task=niah_single_1,length=400,seed=3"
+SMOLLM2_PROBE = "ruler:task=niah_multikey_1,length=320,seed=1"
+GEMMA3_PROBE = "ruler:task=niah_single_1,length=640,seed=2"
 
 
-def _classes() -> dict[str, type]:
-    return {info.name: info.cls for info in plugin_infos(include_errors=False)}
+class KNormWithoutStart(KNorm):
+    """KNorm without ``start_from``: a method that compresses at the event and can only be replayed."""
 
+    name = "test-knorm-replay"
+    start_from = None
+
+
+register(KNormWithoutStart, replace=True)
 
 EVENT_METHODS = sorted(
-    name
-    for name, cls in _classes().items()
-    if getattr(cls, "compresses_at_event", False) is True and callable(getattr(cls, "start_from", None))
+    info.name
+    for info in plugin_infos(include_errors=False)
+    if getattr(info.cls, "compresses_at_event", False) is True and callable(getattr(info.cls, "start_from", None))
 )
-assert NAME in EVENT_METHODS
-
-
-# the event methods without start_from whose branches replay their attention, and causal (exact throughout)
-REPLAY_METHODS = sorted(
-    name
-    for name, cls in _classes().items()
-    if name in ratio_methods() and branch_way(create_plugin(method_spec(name, 0.5, 300))) == "replay"
-)
-assert REPLAY_NAME in REPLAY_METHODS
+EVENT_SPECS = [*EVENT_METHODS, "adakv:scorer=expected", "keydiff:every=8"]
+assert {"snapkv", "pyramidkv", "adakv", "knorm", "keydiff", "expected", "random"} <= set(EVENT_METHODS)
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +95,7 @@ def _assert_same(model, spec: str, seg, start, event: int):
 
 
 @pytest.mark.parametrize("ratio", RATIOS)
-@pytest.mark.parametrize("method", EVENT_METHODS)
+@pytest.mark.parametrize("method", EVENT_SPECS)
 def test_an_event_method_branched_from_the_record_is_its_run_from_position_0(stories, sample, method, ratio):
     seg, record, _ = sample
     spec = method_spec(method, ratio, record.positions)
@@ -115,10 +113,12 @@ def test_an_event_method_branched_from_the_record_is_its_run_from_position_0(sto
     assert gen.ids[: len(greedy)] == greedy  # the engine's own token loop decodes the same answer
 
 
-@pytest.mark.parametrize("method", ["causal", *REPLAY_METHODS])
+@pytest.mark.parametrize("method", ["causal", KNormWithoutStart.name])
 def test_a_method_whose_attention_is_replayed_over_the_record_is_its_run_from_position_0(stories, sample, method):
     seg, record, _ = sample
     spec = method_spec(method, 0.0 if method == "causal" else 0.5, record.positions)
+    if method != "causal":
+        assert branch_way(create_plugin(spec)) == "replay"
     _assert_same(stories, spec, seg, ReplayAttention(record), record.positions - 1)
 
 
@@ -177,11 +177,12 @@ def test_a_unit_s_rows_are_the_scores_of_each_method_run_from_position_0(stories
     """run_unit (the context once, every branch from it) against score_sequence of each spec from position 0."""
     seg, record, _ = sample
     path = str(stories260k.resolve())
-    methods = [(NAME, 0.5), ("sink", 0.5), ("sliding", 0.9)]
+    methods = [("snapkv", 0.5), ("expected", 0.9), ("sink", 0.5), ("sliding", 0.9)]
     branches = tuple(Branch(f"k{i}", m, r) for i, (m, r) in enumerate([("causal", 0.0), *methods]))
     unit = Unit("u", path, file_sha256(path), str(tok512.resolve()), "niah_single_1", 400, 3, branches)
     rows = {r["method"]: r for r in run_unit(unit, threads=1)}
-    assert [rows[m]["way"] for m in ("causal", NAME, "sink", "sliding")] == ["context", "record", "whole", "whole"]
+    ways = [rows[m]["way"] for m in ("causal", "snapkv", "expected", "sink", "sliding")]
+    assert ways == ["context", "record", "record", "whole", "whole"]
     for method, ratio in [("causal", 0.0), *methods]:
         row = rows[method]
         assert row["error"] is None, row["error"]
@@ -199,7 +200,7 @@ def test_a_unit_s_rows_are_the_scores_of_each_method_run_from_position_0(stories
 def test_a_diff_decodes_its_greedy_answer_with_the_compression_event(stories):
     """A diff's greedy answer of a side that compresses at the event comes from its prompt run with
     the event (before, it was decoded without: the answer of another cache than the one scored)."""
-    spec = method_spec(NAME, 0.9, 300)
+    spec = method_spec("knorm", 0.9, 300)
     report = stories.diff("causal", spec, probe=STORIES_PROBE, compress_at="context")
     (row,) = report.retrieval
     (seg,) = load_probe(STORIES_PROBE, stories.tokenizer, stories.config.seq_len).segments
@@ -215,11 +216,34 @@ def test_a_diff_decodes_its_greedy_answer_with_the_compression_event(stories):
     assert uncompressed.ids != gen.ids  # the event changes this answer: the test can tell the two apart
 
 
-@pytest.mark.parametrize("method", EVENT_METHODS)
-def test_smollm2_event_method_branches_bit_for_bit(method):
-    """The same on SmolLM2 (30 layers, 9 query heads over 3 KV heads, chat template), one ratio."""
+def _smollm2_branches(probe: str, specs: list[str], ratios: tuple[float, ...]) -> None:
     model = Model.load(shared_file("SmolLM2-135M-Instruct.Q4_1.gguf"), threads=1)
-    (seg,) = load_probe("ruler:task=niah_multikey_1,length=700,seed=1", model.tokenizer, model.config.seq_len).segments
+    (seg,) = load_probe(probe, model.tokenizer, model.config.seq_len).segments
     record = ContextRecord.run(model.engine("causal", threads=1), seg.tokens[: seg.context_end + 1])
-    spec = method_spec(method, 0.5, record.positions)
-    _assert_same(model, spec, seg, FromRecord(record), record.positions - 1)
+    for method in specs:
+        for ratio in ratios:
+            _assert_same(
+                model, method_spec(method, ratio, record.positions), seg, FromRecord(record), record.positions - 1
+            )
+
+
+def test_smollm2_event_methods_branch_bit_for_bit():
+    """On SmolLM2 (30 layers, 9 query heads over 3 KV heads, chat template), a short RULER sequence."""
+    _smollm2_branches(SMOLLM2_PROBE, ["snapkv", "expected", "adakv"], (0.5,))
+
+
+@pytest.mark.leaderboard_long
+def test_smollm2_every_event_method_branches_bit_for_bit_at_every_ratio():
+    _smollm2_branches("ruler:task=niah_multikey_1,length=1200,seed=1", EVENT_SPECS, RATIOS)
+
+
+def test_gemma3_event_methods_branch_bit_for_bit():
+    """Gemma 3: the method governs the global layers, the model's window the local ones (filled by replay)."""
+    model = Model.load(gemma3_file(), threads=1)
+    (seg,) = load_probe(GEMMA3_PROBE, model.tokenizer, model.config.seq_len).segments
+    assert seg.context_end > 512  # past the local layers' window: their ring has wrapped
+    record = ContextRecord.run(model.engine("causal", threads=1), seg.tokens[: seg.context_end + 1])
+    for method in ("snapkv", "expected"):
+        spec = method_spec(method, 0.75, record.positions)
+        assert branch_way(model.engine(spec, threads=1).attention) == "record"
+        _assert_same(model, spec, seg, FromRecord(record), record.positions - 1)

@@ -4,9 +4,11 @@
 (kvpress's compression ratio; the baselines' shared knob). A method with a ``ratio`` knob takes it
 as it is (``snapkv:ratio=0.5``). A method without one is mapped to the knob that decides what it
 holds there, so that it keeps the same share of the context's positions: ``sliding`` its window,
-``sink`` its window after its sinks, ``kmeans`` the positions a query attends (it keeps every row:
-it saves compute, not bytes). The positions kept of a context of ``T`` are ``T - floor(ratio T)``,
-as the event methods count them. Ratio 0 is ``causal`` for every method: the ceiling.
+``sink`` its window after its sinks, ``kmeans`` and ``quest`` the positions a query attends (they
+keep every row: they save compute, not bytes). ``kvquant`` (a cache type, not a share of
+positions) and the policies without a budget of positions (``tiered``, ``lattice``) take no ratio.
+The positions kept of a context of ``T`` are ``T - floor(ratio T)``, as the event methods count
+them. Ratio 0 is ``causal`` for every method: the ceiling.
 
 A method is a registry name, optionally with fixed knobs (``adakv:scorer=expected``); the knob the
 ratio sets is never one of them. ``pyllama leaderboard`` measures what each spec really holds (the
@@ -54,12 +56,30 @@ def _kmeans(kept: int, values: dict) -> dict:
     return {"budget": max(0, kept - int(values["sinks"]) - int(values["window"]))}
 
 
+def _quest(kept: int, values: dict) -> dict:
+    return {"capacity": kept}
+
+
 # method -> (the knobs the ratio sets, their values for a number of positions kept and the method's other values)
 HELD_SHARE_KNOBS: dict[str, tuple[tuple[str, ...], Callable[[int, dict], dict]]] = {
     "sliding": (("window",), _sliding),
     "sink": (("window",), _sink),
     "kmeans": (("budget",), _kmeans),
+    "quest": (("capacity",), _quest),
 }
+
+
+def _resolve(method: str) -> PluginSpec:
+    """The method's spec as given; a knob the ratio sets that has no default (quest's capacity) is
+    given a placeholder, which ``method_spec`` replaces."""
+    try:
+        return resolve_spec(method)
+    except PluginError:
+        name, file_class, given = split_spec(method)
+        if file_class is not None or name not in HELD_SHARE_KNOBS:
+            raise
+        placeholders = [f"{knob}=1" for knob in HELD_SHARE_KNOBS[name][0]]
+        return resolve_spec(f"{name}:{','.join(filter(None, [given, *placeholders]))}")
 
 
 def check_ratio(value: float, name: str = "ratio") -> float:
@@ -94,7 +114,7 @@ def check_method(method: str) -> str:
         raise InputError(f"method {method!r}: expected a plugin name such as snapkv or sink")
     method = method.strip()
     try:
-        spec = resolve_spec(method)
+        spec = _resolve(method)
     except PluginError as exc:
         raise PluginError(f"method {method}: {exc}") from None
     if spec.name == CEILING:
@@ -115,7 +135,7 @@ def method_spec(method: str, ratio: float, context: int) -> str:
     ratio = check_ratio(ratio)
     if ratio == 0:
         return resolve_spec(CEILING).canonical
-    spec = resolve_spec(method)
+    spec = _resolve(method)
     knobs = _ratio_knobs(spec)
     if knobs == ("ratio",):
         values = {"ratio": ratio}
@@ -136,7 +156,7 @@ def ratio_methods() -> list[str]:
         if name == CEILING:
             continue
         try:
-            if _takes_ratio(resolve_spec(name)):
+            if _takes_ratio(_resolve(name)):
                 out.append(name)
         except PyllamaError:  # a plugin that cannot be loaded, or has a required knob
             continue

@@ -5,9 +5,10 @@ the tasks and samples. With n samples per task instead of all S, the ranking mov
 draws, for each n in 1 .. S, ``draws`` bootstrap boards: per task, n of the board's samples with
 replacement, the same samples for every method (the samples are shared, so the comparison is paired,
 as on the board itself); each draw's ranking is compared with the whole board's by Kendall's tau-b
-(``kendall_tau_b``: ties in either ranking counted as tau-b counts them, every draw at once). A score needs the smallest n whose
-tau is at least ``tau`` (0.9) in at least ``share`` (95%) of the draws; None when no n up to S does
-(it needs more than the board has). A draw whose points all tie has no ranking: it counts as a miss.
+(``kendall_tau_b``: ties in either ranking counted as tau-b counts them, every draw at once). A
+score needs the smallest n whose tau is at least ``tau`` (0.9) in at least ``share`` (95%) of the
+draws; None when no n up to S does (it needs more than the board has). A draw whose points all
+tie has no ranking: it counts as a miss.
 
 A teacher-forced log P(answer) is continuous; RULER's string match of the greedy answer is 0 or 1
 per reference, so its means tie often and move in steps: the point of the statistic is to say how

@@ -7,8 +7,10 @@ contract), so the queries, keys and values its layers computed over the context 
 the record's. Three ways, cheapest first:
 
 * ``FromRecord`` — a method that compresses at the event and offers ``start_from(layer, keys,
-  values, queries, queries_pre_rope)`` builds its state from the record (no attention is computed),
-  then ``compress(T - 1)``.
+  values, queries, queries_pre_rope)`` (every method on ``attention/event.pyx``) builds its state
+  from the record (no attention is computed), then ``compress(T - 1)``. On a model with local
+  layers (Gemma 3) the method governs the global layers only (``attention/layers.pyx``): the local
+  layers' window is filled by replaying its calls, as below.
 * ``ReplayAttention`` — a method that compresses at the event without ``start_from``, takes no
   queries before RoPE (the engine's own buffer holds them) and keeps each layer's state apart (no
   ``per_position_order``): its attention calls over the context are made again with the recorded
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pyllama.attention.guard import plugin_calls, plugin_label
+from pyllama.attention.layers import LayerSplit
 
 if TYPE_CHECKING:
     from pyllama.attention.base import Attention
@@ -44,11 +47,21 @@ WAYS = ("record", "replay", "whole")  # how a branch reaches the context's end, 
 REPLAY_BLOCK = 128  # positions per replayed attend_block call (any size gives the same bits)
 
 
+def _governed(plugin: Attention) -> tuple[Attention, Attention | None]:
+    """The plugin that governs the global layers, and the model's own window on the local layers
+    (None: a model without local layers, or a plugin that handles them): ``attention/layers.pyx``."""
+    inner = getattr(plugin, "inner", None)
+    if isinstance(plugin, LayerSplit) and inner is not None:
+        return inner, plugin.local
+    return plugin, None
+
+
 def branch_way(plugin: Attention) -> str:
-    """How ``plugin`` (an instance: some declare per instance) starts a branch: one of ``WAYS``."""
+    """How ``plugin`` (an instance, as the engine runs it: some declare per instance) starts a
+    branch: one of ``WAYS``."""
     if not getattr(plugin, "compresses_at_event", False):
         return "whole"
-    if callable(getattr(plugin, "start_from", None)):
+    if callable(getattr(_governed(plugin)[0], "start_from", None)):
         return "record"
     if not getattr(plugin, "wants_pre_rope_query", False) and not getattr(plugin, "per_position_order", False):
         return "replay"
@@ -63,14 +76,30 @@ class FromRecord:
         self.position = record.positions
 
     def enter(self, engine: Engine) -> None:
-        rec, plugin = self.record, engine.attention
+        rec = self.record
+        method, local = _governed(engine.attention)
+        windows = getattr(engine.config, "layer_windows", ()) or ()
         engine.reset()
-        with plugin_calls(plugin_label(plugin), "start_from"):
+        with plugin_calls(plugin_label(method), "start_from"):
             for layer in range(rec.keys.shape[0]):
-                plugin.start_from(
+                if local is not None and windows[layer]:
+                    _replay_layer(local, rec, layer, self.position)  # the model's own window: its rows
+                    continue
+                method.start_from(
                     layer, rec.keys[layer], rec.values[layer], rec.queries[layer], rec.queries_pre_rope[layer]
                 )
         engine.compress(self.position - 1)
+
+
+def _replay_layer(plugin: Attention, rec: ContextRecord, layer: int, n: int) -> None:
+    """``plugin``'s attention calls of ``layer`` over positions 0 .. n - 1 made again with the
+    recorded rows, in blocks of ``REPLAY_BLOCK`` (the outputs are not kept)."""
+    out = np.zeros((min(REPLAY_BLOCK, n), rec.queries.shape[2]), dtype=np.float32)
+    for c0 in range(0, n, REPLAY_BLOCK):
+        c1 = min(n, c0 + REPLAY_BLOCK)
+        plugin.attend_block(
+            layer, c0, rec.queries[layer, c0:c1], rec.keys[layer, c0:c1], rec.values[layer, c0:c1], out[: c1 - c0]
+        )
 
 
 class ReplayAttention:
@@ -83,22 +112,11 @@ class ReplayAttention:
 
     def enter(self, engine: Engine) -> None:
         rec, plugin = self.record, engine.attention
-        n = self.position
-        out = np.zeros((min(REPLAY_BLOCK, n), rec.queries.shape[2]), dtype=np.float32)  # outputs, not kept
         engine.reset()
         with plugin_calls(plugin_label(plugin), "attend_block"):
             for layer in range(rec.keys.shape[0]):
-                for c0 in range(0, n, REPLAY_BLOCK):
-                    c1 = min(n, c0 + REPLAY_BLOCK)
-                    plugin.attend_block(
-                        layer,
-                        c0,
-                        rec.queries[layer, c0:c1],
-                        rec.keys[layer, c0:c1],
-                        rec.values[layer, c0:c1],
-                        out[: c1 - c0],
-                    )
-        engine.compress(n - 1)
+                _replay_layer(plugin, rec, layer, self.position)
+        engine.compress(self.position - 1)
 
 
 class Prefilled:
