@@ -97,6 +97,7 @@ def _load_model(board: Board, index: int, name: str) -> tuple[str, str | None, M
 
 def _check_fits(board: Board, model: Model, task: str, length: int) -> None:
     """The task's first sample at ``length``: refused in one line when even its smallest does not fit."""
+    assert model.tokenizer is not None  # _load_model refused a model without one
     try:
         ruler_sample(model.tokenizer, task, length, board.seed, use_chat(model.tokenizer, "auto", task))
     except PyllamaError as exc:

@@ -85,7 +85,7 @@ class FromRecord:
                 if local is not None and windows[layer]:
                     _replay_layer(local, rec, layer, self.position)  # the model's own window: its rows
                     continue
-                method.start_from(
+                method.start_from(  # type: ignore[attr-defined]  # an event method's (branch_way checked)
                     layer, rec.keys[layer], rec.values[layer], rec.queries[layer], rec.queries_pre_rope[layer]
                 )
         engine.compress(self.position - 1)

@@ -22,6 +22,7 @@ from typing import Any
 
 from pyllama.attention.guard import plugin_calls, plugin_label
 from pyllama.attention.registry import create_plugin
+from pyllama.diff.branch import SequenceStart
 from pyllama.diff.probes import load_probe
 from pyllama.diff.probes.ruler_tasks import TASKS
 from pyllama.diff.retrieval_scores import score_sequence
@@ -117,6 +118,7 @@ def _run_branch(model, seg, record: ContextRecord, causal: Engine, branch: Branc
     try:
         spec = method_spec(branch.method, branch.ratio, record.positions)
         row["spec"] = spec
+        start: SequenceStart | None
         if branch.method == CEILING:
             engine, way = causal, "context"
             start = Prefilled(causal, ReplayAttention(record))  # its greedy decoding replays the context

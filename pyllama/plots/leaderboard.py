@@ -117,8 +117,9 @@ def samples_needed_figure(result: Stability) -> Figure:
         ax.plot(
             ns, [curve[n] for n in ns], marker="o", ms=3, label=f"{score}: n = {result.needed_text(score)}", **style
         )
-        if result.needed[score] is not None:
-            ax.axvline(result.needed[score], color=style["color"], lw=0.8, alpha=0.6)
+        needed = result.needed[score]
+        if needed is not None:
+            ax.axvline(needed, color=style["color"], lw=0.8, alpha=0.6)
     ax.axhline(result.share, color=COLOR_REF, ls="--", lw=1.0, label=f"target: {result.share:.0%} of draws")
     ax.set_xlabel("samples per task and method (bootstrap draws from the board's)")
     ax.set_ylabel(f"share of draws with Kendall's tau >= {result.tau:g}")
