@@ -10,7 +10,8 @@ the event and at the end, the positions held by every layer, and the greedy answ
 The event methods are every registered plugin whose class has ``compresses_at_event`` and
 ``start_from`` (the methods on ``attention/event.pyx``), at every ratio of the default board, with
 two variants (AdaKV over Expected Attention, KeyDiff compressing again every 8 positions). The replay
-is checked on ``causal`` and on KNorm with its ``start_from`` hidden.
+is checked on ``causal``, on ``quest`` (dense until the event, so a recorded context replays into its
+pages) and on KNorm with its ``start_from`` hidden.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def test_an_event_method_branched_from_the_record_is_its_run_from_position_0(sto
     assert gen.ids[: len(greedy)] == greedy  # the engine's own token loop decodes the same answer
 
 
-@pytest.mark.parametrize("method", ["causal", KNormWithoutStart.name])
+@pytest.mark.parametrize("method", ["causal", "quest", KNormWithoutStart.name])
 def test_a_method_whose_attention_is_replayed_over_the_record_is_its_run_from_position_0(stories, sample, method):
     seg, record, _ = sample
     spec = method_spec(method, 0.0 if method == "causal" else 0.5, record.positions)
