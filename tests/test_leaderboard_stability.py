@@ -106,3 +106,17 @@ def test_one_board_at_a_time():
     df = pd.concat([table(1.0), table(1.0).assign(length=2048)])
     with pytest.raises(ValueError, match="2 boards"):
         samples_needed(df)
+
+
+def test_kendall_tau_b_is_the_pair_count_s_for_every_draw():
+    """Every column against the loop above, on values with ties in both rankings (and a column all tied)."""
+    from pyllama.leaderboard.stability import kendall_tau_b
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 4, 9).astype(float)
+    y = rng.integers(0, 4, (9, 50)).astype(float)
+    y[:, 0] = 1.0
+    got = kendall_tau_b(x, y)
+    want = np.array([tau_b(x, y[:, d]) for d in range(y.shape[1])])
+    assert np.isnan(got[0]) and np.isnan(want[0])
+    np.testing.assert_allclose(got[1:], want[1:], rtol=1e-12)

@@ -18,6 +18,7 @@ import numpy as np
 
 from pyllama.diff.probes.ruler_tasks import TASKS
 from pyllama.leaderboard.methods import CEILING
+from pyllama.sweep.study import plural
 from pyllama.sweep.table import CSV, TABLE, RowStore
 
 __all__ = ["COLUMNS", "FIGURE", "MARKDOWN", "SCORES", "board_points", "figure", "frame", "markdown", "write_board"]
@@ -127,7 +128,7 @@ def markdown(df) -> str:
             else 0
         )
         ratios = sorted(r for r in set(pts["ratio"]) if r > 0)
-        lines.append(f"### {model}, {length:,} tokens: {len(tasks)} RULER tasks, {n} samples each")
+        lines.append(f"### {model}, {length:,} tokens: {plural(len(tasks), 'RULER task')}, {plural(n, 'sample')} each")
         lines.append("")
         ceiling = pts[pts["method"] == CEILING]
         for score, title in SCORES.items():
