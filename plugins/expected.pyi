@@ -1,9 +1,15 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.event import EventAttention
 from pyllama.config import ModelConfig
 
-class Expected(Attention):
+ROPE_NEOX: str
+
+@disjoint_base
+class Expected(EventAttention):
+    def scratch_per_head(self, config: ModelConfig) -> int: ...
+    def statistics_bytes(self, config: ModelConfig) -> int: ...
     future: int
     epsilon: float
     covariance: bool

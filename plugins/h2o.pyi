@@ -1,7 +1,9 @@
-from pyllama.attention.base import Attention
+from pyllama.attention.step import StepAttention
 from pyllama.config import ModelConfig
 
-class H2O(Attention):
+def window_of(text: str | int) -> int: ...
+
+class H2O(StepAttention):
     def __init__(
         self, ratio: float = 0.5, capacity: int = 0, window: str | int = "half", sinks: int = 0, positions: int = 0
     ) -> None: ...

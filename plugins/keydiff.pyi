@@ -1,9 +1,10 @@
 import numpy as np
 
-from pyllama.attention.base import Attention
+from pyllama.attention.event import EventAttention
 from pyllama.config import ModelConfig
 
-class KeyDiff(Attention):
+class KeyDiff(EventAttention):
+    def scratch_per_head(self, config: ModelConfig) -> int: ...
     def __init__(
         self, ratio: float = 0.5, capacity: int = 0, window: int = 0, sinks: int = 0, every: int = 0, positions: int = 0
     ) -> None: ...

@@ -1,9 +1,9 @@
 import numpy as np
 
-from pyllama.attention.base import Attention
+from pyllama.attention.event import EventAttention
 from pyllama.config import ModelConfig
 
-class KNorm(Attention):
+class KNorm(EventAttention):
     def __init__(
         self, ratio: float = 0.5, capacity: int = 0, window: int = 0, sinks: int = 0, every: int = 0, positions: int = 0
     ) -> None: ...

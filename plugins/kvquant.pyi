@@ -1,9 +1,13 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.gather import GatherAttention
 from pyllama.config import ModelConfig
 
-class KVQuant(Attention):
+CACHE_TYPES: dict[str, tuple[int, int]]
+
+@disjoint_base
+class KVQuant(GatherAttention):
     k: str
     v: str
     positions: int

@@ -1,9 +1,14 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.observed import ObservedAttention
+from pyllama.attention.spec import Knob
 from pyllama.config import ModelConfig
 
-class PyramidKV(Attention):
+OBSERVED_KNOBS: tuple[Knob, ...]
+
+@disjoint_base
+class PyramidKV(ObservedAttention):
     kernel: int
     pool: str
     beta: int

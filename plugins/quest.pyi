@@ -1,9 +1,11 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.dense import DenseAttention
 from pyllama.config import ModelConfig
 
-class Quest(Attention):
+@disjoint_base
+class Quest(DenseAttention):
     capacity: int
     page: int
     dense_layers: int

@@ -1,9 +1,12 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.event import EventAttention
 from pyllama.config import ModelConfig
 
-class RandomEviction(Attention):
+@disjoint_base
+class RandomEviction(EventAttention):
+    seed: int
     def __init__(
         self,
         ratio: float = 0.5,

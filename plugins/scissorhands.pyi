@@ -1,7 +1,10 @@
-from pyllama.attention.base import Attention
+from typing_extensions import disjoint_base
+
+from pyllama.attention.step import StepAttention
 from pyllama.config import ModelConfig
 
-class Scissorhands(Attention):
+@disjoint_base
+class Scissorhands(StepAttention):
     history: int
     def __init__(
         self,

@@ -1,9 +1,12 @@
 import numpy as np
 
-from pyllama.attention.base import Attention
+from pyllama.attention.observed import ObservedAttention
+from pyllama.attention.spec import Knob
 from pyllama.config import ModelConfig
 
-class SnapKV(Attention):
+OBSERVED_KNOBS: tuple[Knob, ...]
+
+class SnapKV(ObservedAttention):
     kernel: int
     pool: str
     def __init__(

@@ -1,8 +1,10 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
 from pyllama.attention.rows import RowStore
 from pyllama.config import ModelConfig
 
+@disjoint_base
 class EventAttention(RowStore):
     every: int
     alpha: float

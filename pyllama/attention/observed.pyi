@@ -1,9 +1,12 @@
+from typing_extensions import disjoint_base
+
 from pyllama.attention.event import EventAttention
 from pyllama.attention.spec import Knob
 from pyllama.config import ModelConfig
 
 OBSERVED_KNOBS: tuple[Knob, ...]
 
+@disjoint_base
 class ObservedAttention(EventAttention):
     kernel: int
     pool: str

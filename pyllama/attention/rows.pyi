@@ -1,9 +1,11 @@
 import numpy as np
+from typing_extensions import disjoint_base
 
-from pyllama.attention.base import Attention
+from pyllama.attention.gather import GatherAttention
 from pyllama.config import ModelConfig
 
-class RowStore(Attention):
+@disjoint_base
+class RowStore(GatherAttention):
     ratio: float
     capacity: int
     sinks: int
