@@ -42,8 +42,10 @@ KEYS = ("models", "tokenizer", "methods", "ratios", "tasks", "lengths", "samples
 DEFAULT_RATIOS = (0.0, 0.25, 0.5, 0.75, 0.9)
 DEFAULT_LENGTH = 4096
 # Samples per task, length and method: the smallest n whose rankings of the methods agree with the
-# whole board's (Kendall's tau >= 0.9) in 95% of bootstrap draws, for the default score (RULER's
-# string match); see stability.py and the README's "Samples worth their cost".
+# whole board's (Kendall's tau >= 0.9) in 95% of bootstrap draws, for the score that ranks them,
+# the teacher-forced log P(answer): 10, measured on SmolLM2 (7 event methods x 2 ratios, 4 tasks x 16
+# samples at 1,024 tokens). RULER's string match needed more than 16 there (65% of draws at 16); see
+# stability.py and docs/leaderboard.md, "Samples worth their cost".
 DEFAULT_SAMPLES = 10
 # --quick: every method, two ratios, four tasks (one per RULER family), one sample, 2,048 tokens
 QUICK_RATIOS = (0.5, 0.9)

@@ -82,8 +82,8 @@ def _comma_list(convert):
     "--samples",
     type=click.IntRange(min=1),
     default=None,
-    help=f"Samples per task and length (default: {DEFAULT_SAMPLES}, what RULER's string match needs "
-    "to rank the methods stably on SmolLM2; see --samples-needed).",
+    help=f"Samples per task and length (default: {DEFAULT_SAMPLES}, what the teacher-forced log P(answer) "
+    "needs to rank the methods stably on SmolLM2; RULER's string match needs more than 16; see --samples-needed).",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The first sample's seed.")
 @click.option(
