@@ -2,10 +2,13 @@ import numpy as np
 from typing_extensions import disjoint_base
 
 from pyllama.attention.base import Attention
+from pyllama.attention.spec import Knob
 from pyllama.config import ModelConfig
 
-OWN_KNOBS: tuple[str, ...]
 SCORERS: dict[str, tuple[str, tuple[str, ...]]]
+
+OBSERVED_KNOBS: tuple[Knob, ...]
+OWN_KNOBS: tuple[str, ...]
 
 @disjoint_base
 class AdaKV(Attention):
@@ -29,7 +32,7 @@ class AdaKV(Attention):
         seed: int = 0,
         positions: int = 0,
     ) -> None: ...
-    @property  # the scorer's: a property where the base has a class attribute
+    @property  # per instance (its scorer's), where the base declares a class attribute
     def wants_pre_rope_query(self) -> bool: ...  # type: ignore[override]
     def planned_bytes(self, config: ModelConfig) -> int: ...
     def held_positions(self, layer: int) -> list[np.ndarray] | None: ...

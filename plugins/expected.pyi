@@ -4,6 +4,8 @@ from typing_extensions import disjoint_base
 from pyllama.attention.event import EventAttention
 from pyllama.config import ModelConfig
 
+ROPE_NEOX: str
+
 @disjoint_base
 class Expected(EventAttention):
     def scratch_per_head(self, config: ModelConfig) -> int: ...

@@ -1,7 +1,7 @@
 from pyllama.attention.step import StepAttention
 from pyllama.config import ModelConfig
 
-def window_of(text: object) -> int: ...
+def window_of(text: str | int) -> int: ...
 
 class H2O(StepAttention):
     def __init__(

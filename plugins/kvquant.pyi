@@ -4,6 +4,8 @@ from typing_extensions import disjoint_base
 from pyllama.attention.gather import GatherAttention
 from pyllama.config import ModelConfig
 
+CACHE_TYPES: dict[str, tuple[int, int]]
+
 @disjoint_base
 class KVQuant(GatherAttention):
     k: str

@@ -2,7 +2,10 @@ import numpy as np
 from typing_extensions import disjoint_base
 
 from pyllama.attention.observed import ObservedAttention
+from pyllama.attention.spec import Knob
 from pyllama.config import ModelConfig
+
+OBSERVED_KNOBS: tuple[Knob, ...]
 
 @disjoint_base
 class PyramidKV(ObservedAttention):

@@ -6,8 +6,7 @@ from pyllama.config import ModelConfig
 
 @disjoint_base
 class RandomEviction(EventAttention):
-    @property
-    def seed(self) -> int: ...
+    seed: int
     def __init__(
         self,
         ratio: float = 0.5,

@@ -1,7 +1,10 @@
 import numpy as np
 
 from pyllama.attention.observed import ObservedAttention
+from pyllama.attention.spec import Knob
 from pyllama.config import ModelConfig
+
+OBSERVED_KNOBS: tuple[Knob, ...]
 
 class SnapKV(ObservedAttention):
     kernel: int

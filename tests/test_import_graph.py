@@ -41,6 +41,12 @@ LAZY: dict[tuple[str, str], str] = {
     ("pyllama.diff.probes.retrieval", "pyllama.chat"): "jinja2, only for a retrieval probe on an instruct model",
     ("pyllama.diff.probes.ruler", "pyllama.chat"): "jinja2, only for a RULER task on an instruct model",
     ("pyllama.cli.chat", "pyllama.chat"): "jinja2, only when `pyllama chat` runs (pyllama.cli loads every command)",
+    ("pyllama.leaderboard.report", "pandas"): "pandas, only for a board's table",
+    ("pyllama.leaderboard.report", "pyllama.plots.leaderboard"): "matplotlib, only when a board is drawn",
+    ("pyllama.leaderboard.runner", "distributed"): "Dask, only when a board runs",
+    ("pyllama.leaderboard.runner", "tqdm"): "the progress bar, only when a board runs",
+    ("pyllama.leaderboard.cli", "pandas"): "pandas, only when --samples-needed reads a table",
+    ("pyllama.leaderboard.cli", "pyllama.plots.leaderboard"): "matplotlib, only when --samples-needed draws",
 }
 
 _PYX_IMPORT = re.compile(r"^(?:from\s+([\w.]+)\s+import\b|import\s+([\w.]+))")

@@ -264,6 +264,8 @@ def test_compress_comes_after_every_layer_attended_the_position():
         plugin.compress(5)
     plugin.reset()
     assert final_held(plugin) == [[[]] * CONFIG.n_kv_heads] * CONFIG.n_layers
+    with pytest.raises(PositionError, match=r"knorm: compress\(5\) but no layer has attended position 5"):
+        plugin.compress(5)  # a layer that attended nothing is one the method does not govern; not all of them
     with pytest.raises(PluginError, match="snapkv: start_from needs the queries"):
         attach(create_plugin("snapkv"), CONFIG).start_from(0, k[:5, 0], v[:5, 0])
 

@@ -95,15 +95,23 @@ cdef class EventAttention(RowStore):
     # ---- compressing -------------------------------------------------------------------------------
     def compress(self, long long pos):
         """The context ended after position ``pos``: compress every layer now (and, with ``every``,
-        again after every ``every`` new positions)."""
+        again after every ``every`` new positions). A layer that has attended nothing is one the
+        method does not govern (a model's local layers, ``attention/layers.pyx``): it holds no row,
+        and nothing is compressed there; at least one layer must have attended up to ``pos``."""
         if self._counts is None:
             return
         cdef int layer
+        cdef bint any_attended = False
         for layer in range(self.n_layers):
-            if self.length[layer] != pos + 1:
+            if self.length[layer] != pos + 1 and self.length[layer] != 0:
                 raise PositionError(
                     f"{type(self).name}: compress({pos}) but layer {layer} has attended {self.length[layer]} "
                     "positions (the event comes after position pos has attended, before pos + 1)")
+            any_attended = any_attended or self.length[layer] == pos + 1
+        if not any_attended:
+            raise PositionError(
+                f"{type(self).name}: compress({pos}) but no layer has attended position {pos} "
+                "(the event comes after position pos has attended, before pos + 1)")
         with nogil:
             for layer in range(self.n_layers):
                 self.compress_layer(layer, pos)

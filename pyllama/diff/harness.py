@@ -221,10 +221,12 @@ def _progress_bar(progress: bool | None, total: int, sides: list[LiveSide | Repl
 
 
 def _retrieval_rows(pr, seg_infos, offsets, cols, sides, tokenizer, greedy: bool) -> list:
-    """The retrieval probe rows of the report; ``greedy``: decode each side's answer where needed."""
-    decoders = [None, None]
+    """The retrieval probe rows of the report; ``greedy``: decode each side's answer where needed,
+    its prompt run with the sequence's compression event, as teacher forcing ran it."""
+    decoders: list = [None, None]
     if greedy:
-        decoders = [side.greedy for side in sides]
+        events = {id(seg): info.event for seg, info in zip(pr.segments, seg_infos, strict=True)}
+        decoders = [lambda seg, side=side: side.greedy(seg, events[id(seg)]) for side in sides]
     return diff_rows(pr, [s.compared for s in seg_infos], offsets, cols, decoders, tokenizer)
 
 

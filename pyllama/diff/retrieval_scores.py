@@ -37,16 +37,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pyllama.attention.guard import checked_memory_bytes, plugin_calls, plugin_label
+from pyllama.attention.guard import plugin_calls, plugin_label
 from pyllama.attention.registry import create_plugin, resolve_attention
 from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
-from pyllama.diff._capture import DiffCapture
 from pyllama.diff._metrics import RowSoftmax
+from pyllama.diff.branch import SequenceStart, decode_answer, greedy_decode, teacher_force_rows
 from pyllama.diff.probes import Probe, ProbeSource, Segment, Target, load_probe
 from pyllama.diff.probes.ruler_metrics import match_all, match_part, postprocess, string_match_all, string_match_part
 from pyllama.engine import Engine
 from pyllama.errors import InputError
+from pyllama.options import check_compress_at, compress_position
 
 if TYPE_CHECKING:
     from pyllama.attention.base import Attention
@@ -57,9 +58,11 @@ __all__ = [
     "KeyScore",
     "RetrievalRow",
     "RetrievalRun",
+    "SequenceScore",
     "decode_answer",
     "greedy_decode",
     "score_retrieval",
+    "score_sequence",
     "teacher_rank",
 ]
 
@@ -229,32 +232,6 @@ def key_score(
     return score
 
 
-def greedy_decode(engine: Engine, prompt: np.ndarray, steps: int, stop: frozenset[int] = frozenset()) -> list[int]:
-    """Reset ``engine``, run ``prompt`` (in blocks) and decode ``steps`` tokens greedily, ending
-    before a token of ``stop``."""
-    engine.reset()
-    logits = engine.forward_block(np.ascontiguousarray(prompt, dtype=np.int32), 0)
-    out: list[int] = []
-    pos = len(prompt)
-    for _ in range(steps):
-        token = int(np.argmax(logits))
-        if token in stop:
-            break
-        out.append(token)
-        if len(out) == steps or pos >= engine.max_positions:
-            break
-        logits = engine.forward(token, pos)
-        pos += 1
-    return out
-
-
-def decode_answer(engine: Engine, seg: Segment) -> list[int]:
-    """The greedy answer of a retrieval sequence on ``engine``: after its prompt, as many tokens as
-    its target has (a RULER task: up to its ``generate`` tokens, ending at a ``stop`` token)."""
-    t = _target(seg)
-    return greedy_decode(engine, seg.tokens[: t.prompt], t.generate or t.length, frozenset(t.stop))
-
-
 @dataclass
 class RetrievalRun:
     """One plugin's scores over a probe (``score_retrieval``)."""
@@ -279,14 +256,17 @@ def score_retrieval(
     threads: int | None = None,
     greedy: bool = False,
     block: int = BLOCK,
+    compress_at: int | str | None = "context",
 ) -> RetrievalRun:
     """Teacher-force every retrieval sequence of ``probe`` through one plugin and score it.
 
     The hidden states of the haystack are not classified (only the rows predicting scored tokens
     are), so a sequence costs one forward of its positions. The scores are those of the same plugin
-    in a diff (the same bits; tested). ``greedy=True`` decodes for real where the chain leaves the key."""
+    in a diff (the same bits; tested). ``greedy=True`` decodes for real where the chain leaves the key.
+    ``compress_at``: the compression event, as in a diff (default: after each sequence's context)."""
     t0 = time.perf_counter()
     config = model.config
+    where = check_compress_at(compress_at)
     attention = resolve_attention(attention)  # once: it builds the plugin and names it (canonical spec)
     pr = load_probe(probe, model.tokenizer, config.seq_len)
     label = plugin_label(attention)
@@ -294,47 +274,66 @@ def score_retrieval(
     n_threads = max(1, int(threads or getattr(model, "threads", 1) or 1))
     with plugin_calls(label, "init"):
         engine = Engine(config, model.weights, plugin, n_threads, max_block=block)
-    hidden = np.zeros((block, config.dim), dtype=np.float32)
     rows, memory, notes, positions = [], [], [], 0
     for seg in pr.segments:
-        t = seg.target
-        if t is None:
+        if seg.target is None:
             continue
         if len(seg) > engine.max_positions:
             notes.append(f"{seg.name}: {len(seg):,} tokens, {label} holds {engine.max_positions:,}: not scored")
             continue
-        scored = np.arange(t.start - 1, t.start + t.length - 1)  # the rows predicting the scored tokens
-        kept = np.zeros((scored.size, config.dim), dtype=np.float32)
-        capture = DiffCapture(engine.attention, config, hidden=hidden, label=label)
-        engine.set_observer(capture)
-        engine.reset()
-        try:
-            for c0 in range(0, len(seg), block):
-                c1 = min(len(seg), c0 + block)
-                capture.begin(c0)
-                engine.forward_block(np.ascontiguousarray(seg.tokens[c0:c1]), c0, classify=False)
-                inside = (scored >= c0) & (scored < c1)
-                kept[inside] = hidden[scored[inside] - c0]
-        finally:
-            engine.set_observer(None)
-        memory.append(checked_memory_bytes(engine.attention, label))  # a split model's local layers too
-        positions += len(seg)
-        logits = np.zeros((scored.size, config.vocab_size), dtype=np.float32)
-        classify_block(model.weights.classifier, kept, logits, n_threads)
-        nxt = seg.tokens[scored + 1].astype(np.int32)
-        lp, ranks = np.zeros(scored.size), np.zeros(scored.size, dtype=np.int64)
-        softmax = RowSoftmax(scored.size, config.vocab_size)  # the diff's own metrics: the same bits
-        softmax.compute(logits, n_threads)
-        softmax.teacher(logits, nxt, lp, ranks)
-
-        def decode(seg=seg) -> list[int]:
-            return decode_answer(engine, seg)
-
-        score = key_score(seg, lp, ranks, softmax.top1, decode if greedy else None, model.tokenizer)
-        rows.append(_row(seg, score))
+        event = compress_position(where, seg.context_end)
+        scored = score_sequence(engine, seg, model.tokenizer, label, event, greedy=greedy, block=block)
+        memory.append(scored.last_bytes)
+        positions += scored.positions
+        rows.append(_row(seg, scored.score))
     if not rows and not notes:
         raise InputError(f"probe {pr.name}: no retrieval sequence to score (use passkey, needle, copy or ruler)")
     return RetrievalRun(label, pr.name, rows, memory, time.perf_counter() - t0, positions, notes)
+
+
+@dataclass
+class SequenceScore:
+    """One plugin's scores on one retrieval sequence (``score_sequence``), with its ledger right
+    after the compression event (-1: none ran) and at the last position, and the positions run."""
+
+    score: KeyScore
+    event_bytes: int
+    last_bytes: int
+    positions: int
+
+
+def score_sequence(
+    engine: Engine,
+    seg: Segment,
+    tokenizer,
+    label: str,
+    event: int = -1,
+    start: SequenceStart | None = None,
+    greedy: bool = True,
+    block: int = BLOCK,
+) -> SequenceScore:
+    """Score the retrieval sequence ``seg`` on ``engine``'s plugin: teacher-forced from position 0
+    (or from ``start``: :mod:`pyllama.diff.branch`), the compression event after position ``event``
+    (-1: none), only the rows predicting the answer classified; ``greedy``: decode the answer for
+    real where the teacher-forced chain leaves it (from position 0 again, or from ``start``)."""
+    t = _target(seg)
+    scored = np.arange(t.start - 1, t.start + t.length - 1)  # the rows predicting the scored tokens
+    kept = teacher_force_rows(engine, seg, scored, label, event, start, block)
+    n_threads = engine.n_threads
+    config = engine.config
+    logits = np.zeros((scored.size, config.vocab_size), dtype=np.float32)
+    classify_block(engine.weights.classifier, kept.hidden, logits, n_threads)
+    nxt = seg.tokens[scored + 1].astype(np.int32)
+    lp, ranks = np.zeros(scored.size), np.zeros(scored.size, dtype=np.int64)
+    softmax = RowSoftmax(scored.size, config.vocab_size)  # the diff's own metrics: the same bits
+    softmax.compute(logits, n_threads)
+    softmax.teacher(logits, nxt, lp, ranks)
+
+    def decode() -> list[int]:
+        return decode_answer(engine, seg, event, start)
+
+    score = key_score(seg, lp, ranks, softmax.top1, decode if greedy else None, tokenizer)
+    return SequenceScore(score, kept.event_bytes, kept.last_bytes, kept.positions)
 
 
 def _target(seg: Segment) -> Target:

@@ -20,7 +20,7 @@ from pyllama.attention.spec import PluginSpec
 from pyllama.diff._block import classify_block
 from pyllama.diff._capture import DiffCapture
 from pyllama.diff._metrics import RowSoftmax
-from pyllama.diff.retrieval_scores import decode_answer
+from pyllama.diff.branch import decode_answer
 from pyllama.engine import Engine
 from pyllama.errors import PluginError, PyllamaError
 from pyllama.kernels.aligned import zeros_aligned
@@ -85,8 +85,9 @@ class LiveSide:
     def release(self) -> None:
         self.engine.set_observer(None)
 
-    def greedy(self, seg: Segment) -> list[int]:
-        return decode_answer(self.engine, seg)
+    def greedy(self, seg: Segment, event: int = -1) -> list[int]:
+        """The greedy answer of ``seg``, its prompt run again with the compression event after ``event``."""
+        return decode_answer(self.engine, seg, event)
 
     def run(self, tokens: np.ndarray, start: int, where: str, seq: int, event: bool = False) -> None:
         """Positions ``start..`` of sequence ``seq`` (``tokens``) into the buffers. ``event``: the
@@ -168,12 +169,12 @@ class ReplaySide:
     def release(self) -> None:
         pass
 
-    def greedy(self, seg: Segment) -> list[int]:
+    def greedy(self, seg: Segment, event: int = -1) -> list[int]:
         if self._engine is None:
             plugin = create_plugin(self.spec)
             with plugin_calls(self.label, "init"):
                 self._engine = Engine(self.config, self.weights, plugin, self.n_threads, max_block=self.block)
-        return decode_answer(self._engine, seg)
+        return decode_answer(self._engine, seg, event)
 
     def run(self, tokens: np.ndarray, start: int, where: str, seq: int, event: bool = False) -> None:
         # a record holds the rows of its own events (their positions are part of its key)

@@ -1,4 +1,8 @@
-"""``pyllama sweep STUDY.toml``: run a study on Dask and write its results table."""
+"""``pyllama sweep STUDY.toml``: run a study on Dask and write its results table.
+
+A file with a ``[leaderboard]`` table is a RULER leaderboard (``pyllama.leaderboard``): the same
+command runs it, its units on the same cluster, with ``--threads-per-cell`` as threads per unit.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from pyllama.leaderboard.board import is_board_file, load_board
+from pyllama.leaderboard.cli import run_board
 from pyllama.sweep.runner import dry_run as plan_costs
 from pyllama.sweep.runner import run
 from pyllama.sweep.study import load_study, plural
@@ -64,6 +70,13 @@ def sweep(study, out, scheduler, workers, threads_per_cell, resume, dry_run, per
       window = [60, 124]
 
     \b
+    A file with a [leaderboard] table runs a RULER leaderboard (see pyllama leaderboard):
+      [leaderboard]
+      models = ["SmolLM2-135M-Instruct"]
+      methods = ["sink", "sliding"]
+      ratios = [0, 0.5, 0.9]
+
+    \b
     Examples:
       pyllama sweep study.toml --dry-run
       pyllama sweep study.toml --out results/ --workers 2
@@ -74,8 +87,13 @@ def sweep(study, out, scheduler, workers, threads_per_cell, resume, dry_run, per
     written, each failed cell's error is printed, --resume runs them again);
     non-zero, with nothing run, when the study or an option is refused.
     """
-    loaded = load_study(study)
     out = out or str(Path(study).with_suffix(""))
+    if is_board_file(study):
+        if dry_run or per_position:
+            raise click.UsageError("a [leaderboard] file takes neither --dry-run nor --per-position")
+        run_board(load_board(study), out, scheduler, workers, threads_per_cell, resume, progress)
+        return
+    loaded = load_study(study)
     if dry_run:
         _print_costs(plan_costs(loaded, threads_per_cell or 1, out=out if resume else None))
         return

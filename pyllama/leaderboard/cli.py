@@ -1,0 +1,226 @@
+"""``pyllama leaderboard``: RULER's score against compression for every method, on Dask, in one command.
+
+``run_board`` also runs a board file for ``pyllama sweep`` (a TOML file with a ``[leaderboard]`` table).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from pyllama.cli.shared import tokenizer_option
+from pyllama.errors import InputError
+from pyllama.leaderboard.board import DEFAULT_RATIOS, DEFAULT_SAMPLES, Board, quick_board
+from pyllama.leaderboard.report import MARKDOWN
+from pyllama.leaderboard.runner import run
+from pyllama.leaderboard.stability import samples_needed
+from pyllama.outputs import check_outputs
+from pyllama.sweep.study import plural
+from pyllama.sweep.table import CSV, TABLE
+
+__all__ = ["EXIT_ROWS_FAILED", "leaderboard", "run_board"]
+
+EXIT_ROWS_FAILED = 1  # the table is written, but at least one row holds an error
+STABILITY_MD = "samples_needed.md"
+STABILITY_PNG = "samples_needed.png"
+
+
+def _comma_list(convert):
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None):
+        if value is None:
+            return None
+        try:
+            return [convert(v.strip()) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise click.BadParameter(f"{value!r}: expected values separated by commas", ctx=ctx, param=param) from None
+
+    return callback
+
+
+@click.command()
+@click.option(
+    "-c",
+    "--checkpoint",
+    "models",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Model file or downloaded name; repeat for several models.",
+)
+@tokenizer_option
+@click.option(
+    "--methods",
+    callback=_comma_list(str),
+    default=None,
+    metavar="A,B,...",
+    help="Methods (registry names) at each ratio (default: every method that takes a ratio).",
+)
+@click.option(
+    "--ratios",
+    callback=_comma_list(float),
+    default=None,
+    metavar="R,...",
+    help=f"Shares of the context removed, each in [0, 1); 0 is causal, the ceiling "
+    f"(default: {','.join(f'{r:g}' for r in DEFAULT_RATIOS)}).",
+)
+@click.option(
+    "--tasks",
+    callback=_comma_list(str),
+    default=None,
+    metavar="ruler|T,...",
+    help="RULER's 11 tasks (ruler, the default) or task names.",
+)
+@click.option(
+    "--lengths",
+    callback=_comma_list(int),
+    default=None,
+    metavar="N,...",
+    help="Tokens per sample, the answer included (default: 4096).",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Samples per task and length (default: {DEFAULT_SAMPLES}, what the teacher-forced log P(answer) "
+    "needs to rank the methods stably on SmolLM2; RULER's string match needs more than 16; see --samples-needed).",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="The first sample's seed.")
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Every method (or --methods), ratios 0.5 and 0.9, four tasks (one per family), one sample, 2,048 tokens.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False),
+    required=True,
+    help="Folder for rows.jsonl, results.parquet/.csv, leaderboard.md and leaderboard.png.",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="tcp://HOST:8786",
+    help="A Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else a local cluster sized to this machine).",
+)
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes of the local cluster.")
+@click.option(
+    "--threads-per-unit",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Kernel threads of one sample's unit (results are identical for any count).",
+)
+@click.option("--resume", is_flag=True, help="Continue the table in --out: run only the rows not in it yet.")
+@click.option(
+    "--samples-needed",
+    is_flag=True,
+    help=f"Run nothing: from --out's table, how many samples each score needs to rank the methods "
+    f"stably ({STABILITY_MD}, {STABILITY_PNG}).",
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bar as samples finish (default: on a terminal).")
+def leaderboard(
+    models,
+    tokenizer,
+    methods,
+    ratios,
+    tasks,
+    lengths,
+    samples,
+    seed,
+    quick,
+    out,
+    scheduler,
+    workers,
+    threads_per_unit,
+    resume,
+    samples_needed,
+    progress,
+):
+    """RULER's synthetic tasks scored for every method at every compression ratio: the table, the
+    Markdown board and kvpress's figure (score against the share of causal's bytes removed).
+
+    \b
+    Each sample's context runs once through causal, recorded; every method that compresses at
+    the context's end starts from that record, and runs only the question and the answer.
+
+    \b
+    Examples:
+      pyllama leaderboard -c SmolLM2-135M-Instruct --quick --out quick/
+      pyllama leaderboard -c SmolLM2-135M-Instruct --methods sink,sliding --ratios 0,0.5,0.9 \\
+          --tasks niah_single_1,vt --lengths 2048 --samples 4 --out board/
+      pyllama leaderboard --out board/ --samples-needed
+      pyllama sweep board.toml       # the same as a file: a [leaderboard] table
+    """
+    if samples_needed:
+        write_samples_needed(out)
+        return
+    if not models:
+        raise click.UsageError("give a model with -c (or --samples-needed to read --out's table)")
+    if quick:
+        board = quick_board(list(models), tokenizer, methods)
+    else:
+        board = Board(
+            list(models),
+            methods or [],
+            ratios if ratios is not None else list(DEFAULT_RATIOS),
+            tasks or ["ruler"],
+            lengths or [4096],
+            samples or DEFAULT_SAMPLES,
+            seed,
+            tokenizer,
+            source="leaderboard",
+        )
+    run_board(board, out, scheduler, workers, threads_per_unit, resume, progress)
+
+
+def run_board(board: Board, out: str, scheduler, workers, threads_per_unit, resume: bool, progress) -> None:
+    """Run ``board`` into ``out`` and say what was written (``pyllama sweep`` runs a board file this way)."""
+    ran: list[str] = []
+    df = run(
+        board,
+        out,
+        scheduler=scheduler,
+        workers=workers,
+        threads_per_unit=threads_per_unit,
+        resume=resume,
+        progress=progress,
+        on_row=lambda row: ran.append(row["cell"]),
+    )
+    failed = int(df["error"].notna().sum()) if len(df) else 0
+    done = len(df) - len(ran)
+    counts = f"{plural(len(df), 'row')}: {len(ran)} run, {done} already done, {failed} failed"
+    click.echo(f"{counts}: wrote {out}/{TABLE}, {out}/{CSV} and {out}/{MARKDOWN}")
+    if failed:
+        for _, row in df[df["error"].notna()].iterrows():
+            click.echo(
+                f"row {row['cell']} ({row['method']} {row['ratio']:g}, {row['task']} seed {row['seed']}): "
+                f"{row['error']}",
+                err=True,
+            )
+        sys.exit(EXIT_ROWS_FAILED)
+
+
+def write_samples_needed(out: str) -> None:
+    """The samples each score needs, from ``out``'s table: its Markdown and figure beside it."""
+    import pandas as pd  # lazy, here and below: pandas and matplotlib only for this statistic
+
+    from pyllama.plots.leaderboard import samples_needed_figure
+
+    folder = Path(out)
+    table = folder / TABLE
+    if not table.is_file():
+        raise InputError(f"{table}: no leaderboard table there; run pyllama leaderboard --out {out} first")
+    check_outputs(
+        {"the leaderboard table": table}, [("--out", folder / STABILITY_MD), ("--out", folder / STABILITY_PNG)]
+    )
+    df = pd.read_parquet(table)
+    sections = []
+    for (model, length), board in df.groupby(["model", "length"], sort=False):
+        result = samples_needed(board)
+        sections.append(f"### {model}, {length:,} tokens\n\n{result.markdown()}\n")
+        samples_needed_figure(result).savefig(folder / STABILITY_PNG, dpi=120)  # the last board's, if several
+        click.echo(
+            f"{model}, {length:,} tokens: " + "; ".join(f"{s}: {result.needed_text(s)} samples" for s in result.needed)
+        )
+    (folder / STABILITY_MD).write_text("\n".join(sections), encoding="utf-8")
+    click.echo(f"wrote {folder / STABILITY_MD} and {folder / STABILITY_PNG}")

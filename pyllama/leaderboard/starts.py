@@ -1,0 +1,143 @@
+"""How a branch starts at the end of a recorded context: the three starts, and which one a plugin takes.
+
+A branch is one method at one ratio on one sample: it must end up, at the context's end, in the
+state its run from position 0 would leave (``pyllama.diff.branch.SequenceStart``), then run only
+the question and the answer. A method that compresses at the event attends exactly until then (the
+contract), so the queries, keys and values its layers computed over the context are ``causal``'s:
+the record's. Three ways, cheapest first:
+
+* ``FromRecord`` — a method that compresses at the event and offers ``start_from(layer, keys,
+  values, queries, queries_pre_rope)`` (every method on ``attention/event.pyx``) builds its state
+  from the record (no attention is computed), then ``compress(T - 1)``. On a model with local
+  layers (Gemma 3) the method governs the global layers only (``attention/layers.pyx``): the local
+  layers' window is filled by replaying its calls, as below.
+* ``ReplayAttention`` — a method that compresses at the event without ``start_from``, takes no
+  queries before RoPE (the engine's own buffer holds them) and keeps each layer's state apart (no
+  ``per_position_order``): its attention calls over the context are made again with the recorded
+  queries, keys and values, layer by layer in blocks (``attend_block``, which the contract makes the
+  bits of one position at a time), then ``compress(T - 1)``. It sees exactly the calls of its run
+  from position 0, so its state is the same; the cost is its attention over the context, no weight
+  read. ``causal`` (exact throughout) branches this way too.
+* none — every other plugin runs from position 0 (``way = "whole"``): one that evicts from position
+  0 (sink, sliding, h2o ...) computes other queries, keys and values than ``causal`` from its first
+  eviction on, so no record of ``causal``'s run holds its inputs.
+
+``Prefilled`` enters, once, an engine that ran the context itself (the record's own ``causal``
+engine: its first branch costs nothing), and any later entry through another start.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pyllama.attention.guard import plugin_calls, plugin_label
+from pyllama.attention.layers import LayerSplit
+
+if TYPE_CHECKING:
+    from pyllama.attention.base import Attention
+    from pyllama.diff.branch import SequenceStart
+    from pyllama.engine import Engine
+    from pyllama.leaderboard.record import ContextRecord
+
+__all__ = ["FromRecord", "Prefilled", "ReplayAttention", "WAYS", "branch_way", "start_for"]
+
+WAYS = ("record", "replay", "whole")  # how a branch reaches the context's end, cheapest first
+REPLAY_BLOCK = 128  # positions per replayed attend_block call (any size gives the same bits)
+
+
+def _governed(plugin: Attention) -> tuple[Attention, Attention | None]:
+    """The plugin that governs the global layers, and the model's own window on the local layers
+    (None: a model without local layers, or a plugin that handles them): ``attention/layers.pyx``."""
+    inner = getattr(plugin, "inner", None)
+    if isinstance(plugin, LayerSplit) and inner is not None:
+        return inner, plugin.local
+    return plugin, None
+
+
+def branch_way(plugin: Attention) -> str:
+    """How ``plugin`` (an instance, as the engine runs it: some declare per instance) starts a
+    branch: one of ``WAYS``."""
+    if not getattr(plugin, "compresses_at_event", False):
+        return "whole"
+    if callable(getattr(_governed(plugin)[0], "start_from", None)):
+        return "record"
+    if not getattr(plugin, "wants_pre_rope_query", False) and not getattr(plugin, "per_position_order", False):
+        return "replay"
+    return "whole"
+
+
+class FromRecord:
+    """The state at the context's end built by the plugin's ``start_from`` on every layer, then the event."""
+
+    def __init__(self, record: ContextRecord) -> None:
+        self.record = record
+        self.position = record.positions
+
+    def enter(self, engine: Engine) -> None:
+        rec = self.record
+        method, local = _governed(engine.attention)
+        windows = getattr(engine.config, "layer_windows", ()) or ()
+        engine.reset()
+        with plugin_calls(plugin_label(method), "start_from"):
+            for layer in range(rec.keys.shape[0]):
+                if local is not None and windows[layer]:
+                    _replay_layer(local, rec, layer, self.position)  # the model's own window: its rows
+                    continue
+                method.start_from(  # type: ignore[attr-defined]  # an event method's (branch_way checked)
+                    layer, rec.keys[layer], rec.values[layer], rec.queries[layer], rec.queries_pre_rope[layer]
+                )
+        engine.compress(self.position - 1)
+
+
+def _replay_layer(plugin: Attention, rec: ContextRecord, layer: int, n: int) -> None:
+    """``plugin``'s attention calls of ``layer`` over positions 0 .. n - 1 made again with the
+    recorded rows, in blocks of ``REPLAY_BLOCK`` (the outputs are not kept)."""
+    out = np.zeros((min(REPLAY_BLOCK, n), rec.queries.shape[2]), dtype=np.float32)
+    for c0 in range(0, n, REPLAY_BLOCK):
+        c1 = min(n, c0 + REPLAY_BLOCK)
+        plugin.attend_block(
+            layer, c0, rec.queries[layer, c0:c1], rec.keys[layer, c0:c1], rec.values[layer, c0:c1], out[: c1 - c0]
+        )
+
+
+class ReplayAttention:
+    """The state at the context's end reached by making the context's attention calls again with
+    the recorded rows (every layer, in blocks of ``REPLAY_BLOCK`` positions), then the event."""
+
+    def __init__(self, record: ContextRecord) -> None:
+        self.record = record
+        self.position = record.positions
+
+    def enter(self, engine: Engine) -> None:
+        rec, plugin = self.record, engine.attention
+        engine.reset()
+        with plugin_calls(plugin_label(plugin), "attend_block"):
+            for layer in range(rec.keys.shape[0]):
+                _replay_layer(plugin, rec, layer, self.position)
+        engine.compress(self.position - 1)
+
+
+class Prefilled:
+    """An engine that ran the context itself (and its event): entered once as it is, then through ``then``."""
+
+    def __init__(self, engine: Engine, then: SequenceStart) -> None:
+        self.engine: Engine | None = engine
+        self.then = then
+        self.position = then.position
+
+    def enter(self, engine: Engine) -> None:
+        if engine is self.engine:
+            self.engine = None  # its state is used up by the run that follows
+            return
+        self.then.enter(engine)
+
+
+def start_for(way: str, record: ContextRecord) -> SequenceStart | None:
+    """The start of a branch that reaches the context's end ``way`` (None: from position 0)."""
+    if way == "record":
+        return FromRecord(record)
+    if way == "replay":
+        return ReplayAttention(record)
+    return None

@@ -1,0 +1,250 @@
+"""Compress once, branch many: a branch from a recorded context gives the bits of the run from position 0.
+
+The reference is the method's own run from position 0 (every position through the engine, the
+compression event after the context), and for greedy answers also ``Model.generate`` with the event
+(the engine's own token loop, another path). A branch starts at the context's end in one of the
+three ways of ``pyllama.leaderboard.starts`` and runs only the question and the answer; compared
+are the final hidden states of every position after the context (so every logit), the ledger after
+the event and at the end, the positions held by every layer, and the greedy answer.
+
+The event methods are every registered plugin whose class has ``compresses_at_event`` and
+``start_from`` (the methods on ``attention/event.pyx``), at every ratio of the default board, with
+two variants (AdaKV over Expected Attention, KeyDiff compressing again every 8 positions). The replay
+is checked on ``causal``, on ``quest`` (dense until the event, so a recorded context replays into its
+pages) and on KNorm with its ``start_from`` hidden.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import gemma3_file, shared_file
+from numpy_reference import NumpyLlama
+
+from pyllama.attention.registry import create_plugin, plugin_infos, register
+from pyllama.diff.branch import decode_answer, teacher_force_rows
+from pyllama.diff.probes import load_probe
+from pyllama.diff.probes.ruler_metrics import postprocess
+from pyllama.diff.retrieval_scores import score_sequence
+from pyllama.leaderboard.board import DEFAULT_RATIOS
+from pyllama.leaderboard.methods import method_spec
+from pyllama.leaderboard.record import ContextRecord, record_bytes
+from pyllama.leaderboard.starts import FromRecord, Prefilled, ReplayAttention, branch_way
+from pyllama.leaderboard.unit import Branch, Unit, run_unit
+from pyllama.model import Model
+from pyllama.plugins.knorm import KNorm
+from pyllama.sweep.plan import file_sha256
+
+RATIOS = tuple(r for r in DEFAULT_RATIOS if r > 0)
+STORIES_PROBE = "ruler:task=niah_single_1,length=400,seed=3"
+SMOLLM2_PROBE = "ruler:task=niah_multikey_1,length=320,seed=1"
+GEMMA3_PROBE = "ruler:task=niah_single_1,length=640,seed=2"
+
+
+class KNormWithoutStart(KNorm):
+    """KNorm without ``start_from``: a method that compresses at the event and can only be replayed."""
+
+    name = "test-knorm-replay"
+    start_from = None
+
+
+register(KNormWithoutStart, replace=True)
+
+EVENT_METHODS = sorted(
+    info.name
+    for info in plugin_infos(include_errors=False)
+    if getattr(info.cls, "compresses_at_event", False) is True and callable(getattr(info.cls, "start_from", None))
+)
+EVENT_SPECS = [*EVENT_METHODS, "adakv:scorer=expected", "keydiff:every=8"]
+assert {"snapkv", "pyramidkv", "adakv", "knorm", "keydiff", "expected", "random"} <= set(EVENT_METHODS)
+
+
+@pytest.fixture(scope="module")
+def stories(stories260k, tok512):
+    return Model.load(stories260k, tokenizer=tok512, threads=1)
+
+
+@pytest.fixture(scope="module")
+def sample(stories):
+    (seg,) = load_probe(STORIES_PROBE, stories.tokenizer, stories.config.seq_len).segments
+    context = seg.context_end + 1
+    causal = stories.engine("causal", threads=1)
+    return seg, ContextRecord.run(causal, seg.tokens[:context]), causal
+
+
+def _run(model, spec: str, seg, start, event: int):
+    """Every position after the context, its hidden state (so its logits), the ledgers, what each
+    layer holds at the end, and the greedy answer: from position 0 (``start`` None) or from ``start``."""
+    engine = model.engine(spec, threads=1)
+    rows = np.arange(event + 1, len(seg))
+    kept = teacher_force_rows(engine, seg, rows, spec, event, start)
+    held = [
+        [h.tolist() for h in engine.attention.held_positions(layer) or []] for layer in range(model.config.n_layers)
+    ]
+    return kept, held, decode_answer(engine, seg, event, start)
+
+
+def _assert_same(model, spec: str, seg, start, event: int):
+    whole, held_w, greedy_w = _run(model, spec, seg, None, event)
+    branch, held_b, greedy_b = _run(model, spec, seg, start, event)
+    np.testing.assert_array_equal(branch.hidden, whole.hidden, err_msg=spec)
+    assert (branch.event_bytes, branch.last_bytes) == (whole.event_bytes, whole.last_bytes), spec
+    assert held_b == held_w, spec
+    assert greedy_b == greedy_w, spec
+    assert branch.positions == len(seg) - event - 1 and whole.positions == len(seg)
+    return whole, greedy_w
+
+
+@pytest.mark.parametrize("ratio", RATIOS)
+@pytest.mark.parametrize("method", EVENT_SPECS)
+def test_an_event_method_branched_from_the_record_is_its_run_from_position_0(stories, sample, method, ratio):
+    seg, record, _ = sample
+    spec = method_spec(method, ratio, record.positions)
+    assert branch_way(create_plugin(spec)) == "record"
+    whole, greedy = _assert_same(stories, spec, seg, FromRecord(record), record.positions - 1)
+    assert whole.event_bytes < record.causal_bytes  # it compressed at the event
+    t = seg.target
+    gen = stories.generate(
+        seg.tokens[: t.prompt].tolist(),
+        steps=t.prompt + t.generate,
+        attention=spec,
+        compress_at=record.positions - 1,
+        threads=1,
+    )
+    assert gen.ids[: len(greedy)] == greedy  # the engine's own token loop decodes the same answer
+
+
+@pytest.mark.parametrize("method", ["causal", "quest", KNormWithoutStart.name])
+def test_a_method_whose_attention_is_replayed_over_the_record_is_its_run_from_position_0(stories, sample, method):
+    seg, record, _ = sample
+    spec = method_spec(method, 0.0 if method == "causal" else 0.5, record.positions)
+    if method != "causal":
+        assert branch_way(create_plugin(spec)) == "replay"
+    _assert_same(stories, spec, seg, ReplayAttention(record), record.positions - 1)
+
+
+def test_a_method_that_evicts_from_position_0_is_not_branched(stories, sample):
+    """sink computes other keys than causal from its first eviction on: replaying causal's record
+    would not give its run (checked), so it runs whole."""
+    seg, record, _ = sample
+    spec = method_spec("sink", 0.5, record.positions)
+    assert branch_way(create_plugin(spec)) == "whole"
+    whole, _, _ = _run(stories, spec, seg, None, record.positions - 1)
+    replayed, _, _ = _run(stories, spec, seg, ReplayAttention(record), record.positions - 1)
+    assert not np.array_equal(whole.hidden, replayed.hidden)
+
+
+# the record against the float64 numpy forward: float32 rounding through five layers (see
+# test_engine_reference.py's REL_TOL, the same bound for the logits), relative to the largest value
+RECORD_REL_TOL = 2e-5
+
+
+def test_the_record_holds_causal_s_rows_and_is_the_size_it_says(stories, sample, stories260k):
+    """Each layer's keys and values are those of an independent numpy forward of the context's
+    first positions, the queries are their pre-RoPE queries rotated, and the size is as stated."""
+    seg, record, _ = sample
+    config = stories.config
+    T = record.positions
+    assert record.nbytes == record_bytes(config, T) == 4 * T * config.n_layers * 2 * (config.q_dim + config.kv_dim)
+    assert record.causal_bytes == 2 * T * config.n_layers * config.kv_dim * 4  # causal's ledger after T positions
+    ref = NumpyLlama(stories260k)
+    n = 48
+    for pos in range(n):
+        ref.forward(int(seg.tokens[pos]), pos)
+    for layer in range(config.n_layers):
+        for got, want in ((record.keys, ref.k_cache), (record.values, ref.v_cache)):
+            want = np.stack(want[layer]).reshape(n, -1)
+            assert np.abs(got[layer, :n] - want).max() <= RECORD_REL_TOL * np.abs(want).max()
+        rotated = np.stack([ref.rope(record.queries_pre_rope[layer, p].astype(np.float64), p) for p in range(T)])
+        assert np.abs(record.queries[layer] - rotated).max() <= RECORD_REL_TOL * np.abs(rotated).max()
+    assert not np.array_equal(record.queries, record.queries_pre_rope)
+
+
+def test_the_prefilled_causal_branch_is_causal_from_position_0_twice(stories, sample):
+    """The engine that ran the context serves causal's first branch as it is, and its second (the
+    greedy answer) through the replay: both are causal's run from position 0."""
+    seg, record, _ = sample
+    causal = stories.engine("causal", threads=1)
+    fresh = ContextRecord.run(causal, seg.tokens[: record.positions])
+    assert fresh.causal_bytes == record.causal_bytes
+    start = Prefilled(causal, ReplayAttention(fresh))
+    branched = score_sequence(causal, seg, stories.tokenizer, "causal", record.positions - 1, start)
+    whole = score_sequence(stories.engine("causal", threads=1), seg, stories.tokenizer, "causal", record.positions - 1)
+    assert branched.score == whole.score and branched.last_bytes == whole.last_bytes
+    assert start.engine is None  # used up by the first run
+
+
+def test_a_unit_s_rows_are_the_scores_of_each_method_run_from_position_0(stories, sample, stories260k, tok512):
+    """run_unit (the context once, every branch from it) against score_sequence of each spec from position 0."""
+    seg, record, _ = sample
+    path = str(stories260k.resolve())
+    methods = [("snapkv", 0.5), ("expected", 0.9), ("sink", 0.5), ("sliding", 0.9)]
+    branches = tuple(Branch(f"k{i}", m, r) for i, (m, r) in enumerate([("causal", 0.0), *methods]))
+    unit = Unit("u", path, file_sha256(path), str(tok512.resolve()), "niah_single_1", 400, 3, branches)
+    rows = {r["method"]: r for r in run_unit(unit, threads=1)}
+    ways = [rows[m]["way"] for m in ("causal", "snapkv", "expected", "sink", "sliding")]
+    assert ways == ["context", "record", "record", "whole", "whole"]
+    for method, ratio in [("causal", 0.0), *methods]:
+        row = rows[method]
+        assert row["error"] is None, row["error"]
+        spec = method_spec(method, ratio, record.positions)
+        engine = stories.engine(spec, threads=1)
+        whole = score_sequence(engine, seg, stories.tokenizer, spec, record.positions - 1)
+        s = whole.score
+        assert row["spec"] == spec
+        assert (row["logp"], row["max_rank"], row["greedy"]) == (s.logp, s.max_rank, s.greedy), method
+        assert row["score"] == 100.0 * s.match_all and row["event_bytes"] == whole.event_bytes
+        assert row["bytes_removed"] == 1 - whole.event_bytes / record.causal_bytes
+        assert row["context"] == record.positions and row["causal_bytes"] == record.causal_bytes
+
+
+def test_a_diff_decodes_its_greedy_answer_with_the_compression_event(stories):
+    """A diff's greedy answer of a side that compresses at the event comes from its prompt run with
+    the event (before, it was decoded without: the answer of another cache than the one scored)."""
+    spec = method_spec("knorm", 0.9, 300)
+    report = stories.diff("causal", spec, probe=STORIES_PROBE, compress_at="context")
+    (row,) = report.retrieval
+    (seg,) = load_probe(STORIES_PROBE, stories.tokenizer, stories.config.seq_len).segments
+    t = seg.target
+    gen = stories.generate(
+        seg.tokens[: t.prompt].tolist(), steps=t.prompt + t.generate, attention=spec, compress_at=seg.context_end,
+        threads=1,
+    )  # fmt: skip
+    assert row.b.greedy == postprocess(stories.tokenizer.decode([int(seg.tokens[t.prompt - 1]), *gen.ids]))
+    uncompressed = stories.generate(
+        seg.tokens[: t.prompt].tolist(), steps=t.prompt + t.generate, attention=spec, compress_at="none", threads=1
+    )
+    assert uncompressed.ids != gen.ids  # the event changes this answer: the test can tell the two apart
+
+
+def _smollm2_branches(probe: str, specs: list[str], ratios: tuple[float, ...]) -> None:
+    model = Model.load(shared_file("SmolLM2-135M-Instruct.Q4_1.gguf"), threads=1)
+    (seg,) = load_probe(probe, model.tokenizer, model.config.seq_len).segments
+    record = ContextRecord.run(model.engine("causal", threads=1), seg.tokens[: seg.context_end + 1])
+    for method in specs:
+        for ratio in ratios:
+            _assert_same(
+                model, method_spec(method, ratio, record.positions), seg, FromRecord(record), record.positions - 1
+            )
+
+
+def test_smollm2_event_methods_branch_bit_for_bit():
+    """On SmolLM2 (30 layers, 9 query heads over 3 KV heads, chat template), a short RULER sequence."""
+    _smollm2_branches(SMOLLM2_PROBE, ["snapkv", "expected", "adakv"], (0.5,))
+
+
+@pytest.mark.leaderboard_long
+def test_smollm2_every_event_method_branches_bit_for_bit_at_every_ratio():
+    _smollm2_branches("ruler:task=niah_multikey_1,length=1200,seed=1", EVENT_SPECS, RATIOS)
+
+
+def test_gemma3_event_methods_branch_bit_for_bit():
+    """Gemma 3: the method governs the global layers, the model's window the local ones (filled by replay)."""
+    model = Model.load(gemma3_file(), threads=1)
+    (seg,) = load_probe(GEMMA3_PROBE, model.tokenizer, model.config.seq_len).segments
+    assert seg.context_end > 512  # past the local layers' window: their ring has wrapped
+    record = ContextRecord.run(model.engine("causal", threads=1), seg.tokens[: seg.context_end + 1])
+    for method in ("snapkv", "expected"):
+        spec = method_spec(method, 0.75, record.positions)
+        assert branch_way(model.engine(spec, threads=1).attention) == "record"
+        _assert_same(model, spec, seg, FromRecord(record), record.positions - 1)
