@@ -59,7 +59,9 @@ cdef class PackedCopy:
     cdef readonly int qtype
     cdef readonly Py_ssize_t rows, cols
     cdef readonly double seconds      # how long the packing took
+    cdef object lock                  # one maker: engines in other Python threads wait for its copy
     cdef void make(self, int n_threads)
+    cdef void make_locked(self, int n_threads)
 
 # the bytes of a rows x cols matrix of type qtype packed, 0 when it is multiplied from the file's layout
 cdef Py_ssize_t packed_size(int qtype, Py_ssize_t rows, Py_ssize_t cols) noexcept nogil

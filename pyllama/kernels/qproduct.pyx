@@ -24,6 +24,7 @@ The loop reads only the rows' fields: nothing depends on the order of the type i
 
 from cython.parallel cimport parallel, prange
 
+import threading
 import time
 
 import numpy as np
@@ -188,9 +189,11 @@ cdef Py_ssize_t packed_size(int qtype, Py_ssize_t rows, Py_ssize_t cols) noexcep
 cdef class PackedCopy:
     """The packed copy of one tensor's matrix (qpacked.h), made once, by the first product that needs it.
 
-    Made while the caller holds the GIL, so that two engines in two Python threads never both make it;
-    the groups are packed by OpenMP threads meanwhile. A copy that cannot be allocated leaves the matrix
-    on the file's layout (the same bits, more slowly)."""
+    Made under a lock: two engines in two Python threads (a diff's two sides) may reach the same pending
+    copy at once, and the GIL alone would let both make it, the second replacing (and freeing) the copy
+    the first had published while products read it. The first makes it, the others wait and read it;
+    the groups are packed by OpenMP threads. A copy that cannot be allocated leaves the matrix on the
+    file's layout (the same bits, more slowly)."""
 
     def __init__(self, tensor):
         self.source = tensor.data
@@ -200,8 +203,13 @@ cdef class PackedCopy:
         self.slot.packed = NULL
         self.slot.state = PACK_PENDING
         self.slot.owner = <void*>self
+        self.lock = threading.Lock()
 
     cdef void make(self, int n_threads):
+        with self.lock:
+            self.make_locked(n_threads)
+
+    cdef void make_locked(self, int n_threads):
         if slot_state(&self.slot.state) != PACK_PENDING:
             return
         t0 = time.perf_counter()
