@@ -3,7 +3,8 @@ exactly 0) over the whole standard probe on stories260K, through the diff harnes
 
 The probe's longest sequence is the long run (4x the 512-position context), so the reference is
 ``causal:positions=2048`` wherever the other side can hold that much: every position of the probe is
-compared. Native pairs run their two engines concurrently (threads=2, one each).
+compared. Native pairs run their two engines concurrently (threads=2, one each: the threshold under
+which a diff runs its sides in turn is lowered for these tests).
 """
 
 from __future__ import annotations
@@ -16,6 +17,13 @@ from pyllama.model import Model
 
 MODELS = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 EXAMPLE = Path(__file__).resolve().parents[1] / "experiments" / "random_evict.py"
+
+
+@pytest.fixture(autouse=True)
+def concurrent_sides(monkeypatch):
+    from pyllama.diff import harness
+
+    monkeypatch.setattr(harness, "CONCURRENT_SIDES_FROM", 0)
 
 
 @pytest.fixture(scope="module")

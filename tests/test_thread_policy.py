@@ -17,13 +17,12 @@ import pytest
 
 from pyllama.attention.base import Attention
 from pyllama.engine.core import Engine
+from pyllama.kernels.thread_simulation import simulate_blocks, simulate_decode
 from pyllama.kernels.threads import (
     decode_policy,
     decode_stats,
     serial_below,
     set_decode_policy,
-    simulate_blocks,
-    simulate_decode,
     team_for,
 )
 from pyllama.model import Model
@@ -317,12 +316,45 @@ def test_blocks_settle_on_the_faster_team(one, two, settled):
     s1, sn = np.full(400, one), np.full(400, two)
     stats = simulate_blocks(2, s1.tolist(), sn.tolist())
     assert stats["settled"] == settled
-    # the first second runs on the team by design (BLOCK_FIRST_PROBE), and a probe that loses costs
-    # one block; past that the policy's 2% holds
-    assert stats["seconds"] <= 1.02 * min(s1.sum(), sn.sum()) + 1.0 + max(one, two)
+    # the first 0.05 s runs on the team by design (BLOCK_FIRST_PROBE), and a probe that loses costs
+    # one layer; past that the policy's 2% holds
+    assert stats["seconds"] <= 1.02 * min(s1.sum(), sn.sum()) + 0.05 + max(one, two)
 
 
 def test_a_short_run_on_an_idle_machine_never_probes():
-    """A prompt of a few blocks (under BLOCK_FIRST_PROBE seconds) stays on the caller's team."""
-    stats = simulate_blocks(2, [40e-3] * 12, [22e-3] * 12)
+    """Layers of blocks adding up to less than BLOCK_FIRST_PROBE (0.05 s) stay on the caller's team."""
+    stats = simulate_blocks(2, [4e-3] * 12, [2.2e-3] * 12)
     assert stats["probes"] == 0 and stats["tokens_1"] == 0 and stats["tokens_n"] == 12
+
+
+def test_a_new_engine_of_the_same_model_starts_from_the_choice():
+    """Model.logits makes an engine per call: the next one starts where the last one of that model
+    settled, so a short call beside a busy core runs on one thread from its first layer."""
+    loaded_1, loaded_n = [2e-3] * 60, [6e-3] * 60
+    first = simulate_blocks(2, loaded_1, loaded_n, key=7, start=1000.0)
+    assert first["settled"] == 1
+    again = simulate_blocks(2, [2e-3] * 30, [6e-3] * 30, key=7, start=1000.0 + first["seconds"])
+    assert again["tokens_n"] == 0 and again["tokens_1"] == 30
+    other = simulate_blocks(2, [2e-3] * 30, [6e-3] * 30, key=8, start=1000.0 + first["seconds"])
+    assert other["tokens_n"] > 0  # another model starts on the team
+
+
+def test_a_small_model_diffs_its_sides_in_turn(stories260k, tok512, monkeypatch):
+    """stories260K's blocks are shorter than handing one to a second Python thread: its diff at 2 threads
+    runs the two sides one after the other, with the same report as at one thread."""
+    from pyllama.diff import harness
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a second thread was started")
+
+    model = Model.load(stories260k, tokenizer=tok512, threads=2)
+    assert harness.position_work(model.config) < harness.CONCURRENT_SIDES_FROM
+    ids = list(range(3, 100))
+    one = model.diff("causal", "sliding:32", probe=ids, threads=1, progress=False, cache=False)
+    monkeypatch.setattr(harness, "ThreadPoolExecutor", no_pool)
+    two = model.diff("causal", "sliding:32", probe=ids, threads=2, progress=False, cache=False)
+    assert np.array_equal(one.columns()["max_abs_dlogit"], two.columns()["max_abs_dlogit"])
+    assert one.summary["max_abs_dlogit"] > 0  # the window of 32 drops rows: the report is not trivial
+    monkeypatch.setattr(harness, "CONCURRENT_SIDES_FROM", 0)
+    with pytest.raises(AssertionError, match="second thread"):
+        model.diff("causal", "sliding:32", probe=ids, threads=2, progress=False, cache=False)

@@ -7,12 +7,12 @@ per block, the same bits as one pass per position). An observer of each engine
 plugin's ledger after each position into buffers of one row per position, and the engine skips its
 classifier: the logits of a block of positions are computed afterwards by ``classify_block``, the
 same per-element arithmetic with the classifier read once per block (bit-identical to
-``Engine.forward``'s logits; the tests check it). With two or more threads the two engines run a
-block concurrently, half the thread budget each (a native plugin's forward releases the GIL; a
-Python plugin holds it only inside its ``attend``). Each side reduces its block of logits to its
-log-softmax's per-row constants (one exp per logit, ``_metrics.RowSoftmax``); the comparison metrics
-then take one compiled pass over both sides' rows per block (``_metrics.compare``), with exactly the
-values of ``metrics.py``'s numpy.
+``Engine.forward``'s logits; the tests check it). With two or more threads the two engines run a block
+concurrently (from CONCURRENT_SIDES_FROM multiply-adds per position), half the thread budget each (a
+native plugin's forward releases the GIL; a Python plugin holds it only inside its ``attend``). Each
+side reduces its block of logits to its log-softmax's per-row constants (one exp per logit,
+``_metrics.RowSoftmax``); the comparison metrics then take one compiled pass over both sides' rows per
+block (``_metrics.compare``), with exactly the values of ``metrics.py``'s numpy.
 
 A sequence longer than one plugin's ``max_positions`` is compared over the positions both hold,
 and the report says so.
@@ -159,12 +159,25 @@ def _run_recorded(pr, seg_infos, sides, cols, progress, concurrent, total_thread
     return offsets
 
 
+# Two live sides run concurrently only from this many multiply-adds per position: below it a side's
+# block is shorter than handing it to a second Python thread costs (stories260K, 0.26M per position: a
+# diff of 128 positions took 22.6 ms on one thread, 25.2 ms as two concurrent sides, idle); the
+# stories15M shape has 15M.
+CONCURRENT_SIDES_FROM = 1 << 20
+
+
+def position_work(config: ModelConfig) -> int:
+    """Multiply-adds of one position through the weight matrices (classifier included)."""
+    per_layer = config.dim * (2 * config.q_dim + 2 * config.kv_dim) + 3 * config.dim * config.hidden_dim
+    return config.n_layers * per_layer + config.dim * config.vocab_size
+
+
 def _make_sides(store, keys, pr, config, weights, specs, block, blocks, total_threads):
     """``(sides, concurrent)``: each side replayed from its record or run live. Two live sides run a
     block concurrently with half the threads each (from 2 threads); one live side takes them all."""
     shape = (config.n_layers, config.q_dim)
     records = [store.open(k, _rows_of(pr), config.vocab_size, shape) if k else None for k in keys]
-    concurrent = total_threads >= 2 and records == [None, None]
+    concurrent = total_threads >= 2 and records == [None, None] and position_work(config) >= CONCURRENT_SIDES_FROM
     per_engine = max(1, total_threads // 2) if concurrent else total_threads
     sides: list[LiveSide | ReplaySide] = []
     for spec, record in zip(specs, records, strict=True):

@@ -77,6 +77,7 @@ cdef class Engine:
         self.t.n_threads = max(1, n_threads)
         block_team_start(&self.t.blocks, self.t.n_threads)  # the block controller (threads.pyx), per engine
         self.t.per_position = self.per_position
+        self.t.layer_units = False
         self.observer = None
         self._fill_config(config)
         self._bind_weights(weights)

@@ -35,7 +35,7 @@ from pyllama.engine.state cimport Config, LayerPtrs, RopeTables, RunState, Trans
 from pyllama.kernels.elementwise cimport add_inplace, ffn_act_as, rmsnorm_as
 from pyllama.kernels.matvec cimport Matrix, embedding_row, matmul, matmul_many, matvec
 from pyllama.kernels.rope cimport rope_apply, rope_row
-from pyllama.kernels.threads cimport block_end, team_size, token_start
+from pyllama.kernels.threads cimport block_begin, block_end, block_finish, team_size, token_start
 
 
 cdef void rope_rows_at(RopeTables* rope, long long pos, const float** cos_row, const float** sin_row) noexcept nogil:
@@ -237,9 +237,13 @@ cdef int forward_rows(Transformer* t, Attention attention, const int32_t* tokens
         report(o, STAGE_EMBEDDING_SCALED, -1, pos, n, s.x, dim)
     check_rows(s, c, -1, n)
     for li in range(c.n_layers):
+        if t.layer_units:  # a block: each layer is a unit of the thread policy (threads.pyx)
+            token_start(&t.blocks)
         layer_qkv(t, &t.weights.layers[li], li, n, pos)
         layer_attention(t, attention, li, n, pos)
         layer_out(t, &t.weights.layers[li], li, n, pos)
+        if t.layer_units:
+            block_end(&t.blocks, n, c.max_block)
         check_rows(s, c, li, n)
     rmsnorm_rows(t, s.x, s.x, t.weights.final_norm, n)
     report(o, STAGE_RESULT_NORM, -1, pos, n, s.x, dim)
@@ -283,10 +287,12 @@ cdef int forward(Transformer* t, Attention attention, int token, long long pos) 
 
 cdef int forward_block(Transformer* t, Attention attention, const int32_t* tokens, Py_ssize_t n, long long pos,
                        float* logits, bint classify=True) except -1 nogil:
-    """forward_rows of n <= max_block known tokens, on the team that t.blocks picks (one thread or
-    n_threads: the same bits either way); the cap is lifted even if the pass raises."""
-    token_start(&t.blocks)
+    """forward_rows of n <= max_block known tokens, each layer on the team that t.blocks picks (one
+    thread or n_threads: the same bits either way); the cap is lifted even if the pass raises."""
+    block_begin(&t.blocks, t.weights.cls.data)
+    t.layer_units = True
     try:
         return forward_rows(t, attention, tokens, n, pos, logits, classify)
     finally:
-        block_end(&t.blocks, n, t.config.max_block)
+        t.layer_units = False
+        block_finish(&t.blocks)

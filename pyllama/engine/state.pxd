@@ -97,4 +97,5 @@ cdef struct Transformer:
     Observer observer          # what a pass reports its stages to (observer.pxd); stage NULL: nobody
     int n_threads
     bint per_position          # the plugin's per_position_order: passes of one row each
-    DecodeTeam blocks          # picks 1 or n_threads per pass of several rows from their times (threads.pyx)
+    DecodeTeam blocks          # picks 1 or n_threads per layer of a block from their times (threads.pyx)
+    bint layer_units           # inside forward_block: each layer is one of t.blocks' timed units

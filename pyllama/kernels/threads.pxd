@@ -19,7 +19,8 @@ cdef extern from *:
 # stack; the engine calls decode_start once, token_start / token_end around each decode forward and
 # decode_finish at the end. It only picks the team size, so it never changes a bit.
 cdef struct DecodeTeam:
-    const void* key        # what runs (decode_start)
+    const void* key        # what runs (decode_start, block_begin)
+    int unit               # UNIT_TOKEN or UNIT_LAYER: what is timed
     int n_threads          # the caller's team; the other choice is one thread
     int mode               # POLICY_FIXED / POLICY_ADAPTIVE / POLICY_ALTERNATE when decode started
     int settled            # the team decode runs on between probes
@@ -48,9 +49,21 @@ cdef void token_start(DecodeTeam* t) noexcept nogil
 cdef void token_end(DecodeTeam* t) noexcept nogil
 cdef void decode_finish(DecodeTeam* t) noexcept nogil
 
-# The same controller for runs of blocks (prompts, Model.logits, a diff's forward passes): it starts on
-# the caller's team, waits BLOCK_FIRST_PROBE seconds before its first probe, and times a block of n
-# positions as if it held full (threads.pyx "Blocks under load"). token_start before a block,
-# block_end after it.
+# The same controller for the layers of blocks (prompts, Model.logits, a diff's forward passes), one per
+# engine: it starts on the caller's team, waits BLOCK_FIRST_PROBE seconds before its first probe, and
+# times a layer of a block of n positions as if the block held full (threads.pyx). block_begin(key)
+# before a block (the first one resumes from what this thread remembers of key), token_start before
+# each layer, block_end after it (its team holds until the next layer: the classifier runs on it),
+# block_finish after the block.
 cdef void block_team_start(DecodeTeam* t, int n_threads) noexcept nogil
+cdef void block_begin(DecodeTeam* t, const void* key) noexcept nogil
 cdef void block_end(DecodeTeam* t, Py_ssize_t n, Py_ssize_t full) noexcept nogil
+cdef void block_finish(DecodeTeam* t) noexcept nogil
+
+# The controller's steps on a given clock (thread_simulation.pyx drives them on a simulated one)
+cdef void _decode_start(DecodeTeam* t, int n_threads, const void* key, double now) noexcept nogil
+cdef void _block_team_start(DecodeTeam* t, int n_threads, double now) noexcept nogil
+cdef void _resume(DecodeTeam* t, double now) noexcept nogil
+cdef void _token_done(DecodeTeam* t, double seconds, double now) noexcept nogil
+cdef void _remember(const DecodeTeam* t, double now) noexcept nogil
+cdef void _decode_finish(DecodeTeam* t, double now) noexcept nogil

@@ -1,54 +1,45 @@
 """How many threads a parallel loop gets: the one place for the thread policy.
 
-**Small work stays serial.** Waking an OpenMP team costs a few microseconds, more than a small
+**The policy in a paragraph.** Small work stays on the calling thread; other work runs on the faster of
+two teams, one thread or the caller's n, and the program finds which by timing its own units of work: a
+decode token, or one layer of a block of positions. It runs on its settled team and now and then probes
+the other; a probe stops at the first unit that puts it behind (a stalled unit can cost a hundred) and
+wins after ``PROBE_TOKENS`` units ahead by a margin (3% for tokens, 20% for layers); each lost probe
+doubles the gap to the next, which is at least the probe's loss over ``PROBE_BUDGET``. What a model
+settled on is remembered per calling thread, so the next call of the same model (a new engine for each
+``Model.logits``, a benchmark's rounds, a sweep's cells) starts there instead of on a guess. Exactness
+never depends on it: every output element is computed by one thread with the same arithmetic, whoever
+computes it, so results are bit-identical whatever the team.
+
+**Why small work stays serial.** Waking an OpenMP team costs a few microseconds, more than a small
 product or an attention step over a few cached rows takes on one thread. So every kernel and plugin
 asks ``team_size(n_threads, work)``: one thread below ``serial_below()`` units of work, else the
-caller's thread count. ``work`` is counted in float32 multiply-adds, each caller scaling its own
-loop to that unit: a float32 matrix of rows x cols is rows * cols, an F16 one half that (its rows
-stream twice as fast), an int8 one a quarter, an attention step n_rows * n_heads * head_dim. The
-threshold, 2^15 + 1, keeps stories260K's largest product (its 512 x 64 classifier, 2^15) on one
-thread: on the idle 2-core machine that one team per token made 2-thread decode 26% slower than 1
-thread, while the smallest products of the stories15M shape (288 x 288, 83k) still gain from two.
-It is not higher: at 2^16 the attention steps of the stories15M shape between 114 and 227 cached
-rows (6 heads x 48 x rows) ran on one thread, and idle 2-thread decode of that shape lost 5% (262
-against 277-287 tok/s, six interleaved rounds, benchmarks/README.md).
+caller's thread count (or the controller's cap). ``work`` is counted in float32 multiply-adds (a
+float32 matrix of rows x cols is rows * cols, an F16 one half that, an int8 one a quarter, an
+attention step n_rows * n_heads * head_dim). The threshold, 2^15 + 1, keeps stories260K's largest
+product (its 512 x 64 classifier) on one thread: one team per token made its 2-thread decode 26%
+slower than 1 thread, while the stories15M shape's smallest products (288 x 288) still gain from two;
+at 2^16 its attention steps of 114-227 rows went serial and idle 2-thread decode lost 5%.
 
-**Decode under load** (``DecodeTeam``). Which of 1 and n threads is faster depends on the machine's
-load, which the program cannot see: idle, two threads decode the 15M shape 1.8x faster; with one
-busy loop on the other core, the team waits at every barrier for a worker that the scheduler has
-descheduled, and two threads run at 0.5-0.7x of one. So the decode loop times its own tokens and
-runs on the team that is faster now. It runs on its settled team, and now and then it probes the
-other one; when the other stays at least ``MARGIN`` faster, in the running mean of its timed tokens,
-for ``PROBE_TOKENS`` tokens, it settles there. A probe stops at the first token that puts its running
-mean behind (a token on a stalled team can cost a hundred tokens' time on one thread under heavy
-load), so a losing probe costs one token; and beside a busy loop, where a team's tokens are fast or
-stalled at random, a few lucky tokens do not make it win. A probe that loses costs time, so the gap
-to the next one doubles each time the settled team wins, and is at least the probe's measured loss
-divided by ``PROBE_BUDGET`` (probing costs about half a percent of decode time). The next decode of
-the same model (``key``) in the same thread, within ``MEMORY_SECONDS``, starts from the last choice
-and resumes its wait for the next probe: the schedule counts decode time, not the clock, so the
-budget holds when decodes alternate with other work (a benchmark's rounds, a sweep's cells).
-When the settled team becomes ``TRIGGER`` slower than the other team was when last measured (load
-arriving), the next probe starts at once. The first token
-after a change of team is not timed when tokens are short (a sleeping worker wakes, its cache
-refills: tens of microseconds). The choice reaches the kernels through a per-thread cap that
-``team_size`` reads, set only between ``token_start`` and ``token_end``.
+**Why a choice of teams and not a better split.** Beside one busy loop a team waits at every barrier
+for a worker the scheduler has descheduled (0.5-0.7x of one thread); a dynamic split or a short spin
+before sleeping left 5-token calls 1.1-5x slower than one thread (docs/speed.md "Threads").
 
-**Blocks under load.** A block of positions stalls at its barriers as a token does: SmolLM2's pp256
-beside one busy loop ran at 216 tok/s on two threads against 357 on one (751 on two when idle). Each
-engine keeps a second controller for its blocks (``block_team_start``, ``block_end``), the same policy
-on block times, with two differences: it starts on the caller's team and probes one thread only
-after ``BLOCK_FIRST_PROBE`` seconds of blocks (a probe costs most of a block on an idle machine, and
-short prompts should not pay it), and a block of n < max_block positions is timed as a full one.
+**Details.** The first unit after a change of team is not timed when units are short (a sleeping
+worker wakes, its cache refills). A block of n < max_block positions is timed as a full one, so
+the means compare blocks of any size. A decode starts on one thread when nothing is remembered (a
+token on one thread costs at most (n - 1) / n of a token more on an idle machine, a stalled team's
+token many); a run of blocks starts on the team and makes its first probe after
+``BLOCK_FIRST_PROBE`` seconds of blocks (a probe costs most of a layer on an idle machine). When the
+settled team becomes ``TRIGGER`` slower than the other was when last measured (load arriving), the
+next probe starts at once. The probe schedule counts time spent in units, not the clock, so its
+budget holds when calls alternate with other work; what is remembered expires after
+``MEMORY_SECONDS``. The choice reaches the kernels through a per-thread cap that ``team_size``
+reads, set only while a unit runs.
 
-**Exactness.** The threshold and the controller only move work between threads, never change it:
-every output element is computed by one thread with the same arithmetic (a row's dot product is the
-same whoever computes it), so results are bit-identical whatever they choose.
-
-``set_serial_below(0)`` makes every loop parallel, which is how the tests exercise the threaded path
-at tiny sizes (the ``parallel_always`` fixture in tests/conftest.py); ``set_decode_policy`` switches
-the controller off ("fixed": always the caller's team) or, for tests, makes it alternate the two teams
-every token. The environment variable ``PYLLAMA_DECODE_POLICY`` sets the policy at import.
+``set_serial_below(0)`` makes every loop parallel (the tests' ``parallel_always`` fixture);
+``set_decode_policy`` (or ``PYLLAMA_DECODE_POLICY`` at import) switches the controller off ("fixed":
+the caller's team) or, for tests, makes it alternate the two teams every unit.
 """
 
 import os
@@ -57,22 +48,25 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 cdef enum:
     DEFAULT_SERIAL_BELOW = (1 << 15) + 1
-    POLICY_FIXED = 0      # every decode token on the caller's team (the behaviour before the controller)
+    POLICY_FIXED = 0      # every unit on the caller's team
     POLICY_ADAPTIVE = 1   # the controller above
     POLICY_ALTERNATE = 2  # one thread and n threads in turn, every token: for the tests of exactness
     SETTLED_TOKENS = 2    # timed tokens on the settled team before it can be compared
     PROBE_TOKENS = 8      # timed tokens a probe must win, each keeping its running mean ahead, to be chosen
-    MEMORY_SLOTS = 4      # keys remembered per thread
+    MEMORY_SLOTS = 8      # (key, unit) pairs remembered per thread
+    UNIT_TOKEN = 0        # what a controller times: decode tokens
+    UNIT_LAYER = 1        # or layers of blocks
 
 cdef const double MEAN_WEIGHT = 0.125      # weight of a new token in the settled team's running mean
 cdef const double MARGIN = 0.03            # the other team must be this much faster per token to be chosen
+cdef const double LAYER_MARGIN = 0.2       # per layer of a block (see _probe_step)
 cdef const double TRIGGER = 0.1            # the settled team this much slower than the other one last was: probe now
 cdef const double MIN_GAP = 0.05           # seconds from a change of team to the next probe
 cdef const double MAX_GAP = 1.0            # the doubling stops here (the budget rule may ask for more)
 cdef const double PROBE_BUDGET = 0.005     # a probe's expected loss, over the gap before it, is at most this
 cdef const double UNTIMED_BELOW = 2e-3     # tokens shorter than this: the first one after a change of team is not timed
 cdef const double WARM_UP = 1e-4           # what that untimed first token may cost on top (a wake-up, a cache refill)
-cdef const double BLOCK_FIRST_PROBE = 1.0  # seconds of blocks on the team before the first probe of one thread
+cdef const double BLOCK_FIRST_PROBE = 0.05  # seconds of blocks on the team before the first probe of one thread
 cdef const double MEMORY_SECONDS = 120.0   # a decode starts from the state of the last one of the same key this recent
 
 cdef extern from *:
@@ -80,20 +74,21 @@ cdef extern from *:
     /* Per calling thread (thread-locals, so two engines generating in two Python threads each keep
        their own): the decode controller's team cap (0 = none), and the last choice per key. */
     static __thread int pyllama_team_cap = 0;
-    typedef struct { const void* key; int n_threads; int settled;
+    typedef struct { const void* key; int unit; int n_threads; int settled;
                      double other_mean, gap, probe_in, used; } pyllama_team_memory;
-    static __thread pyllama_team_memory pyllama_memory[4];  /* MEMORY_SLOTS */
+    static __thread pyllama_team_memory pyllama_memory[8];  /* MEMORY_SLOTS */
     """
     int team_cap "pyllama_team_cap"
     ctypedef struct TeamMemory "pyllama_team_memory":
         const void* key
+        int unit
         int n_threads
         int settled
         double other_mean
         double gap
         double probe_in
         double used
-    TeamMemory team_memory "pyllama_memory"[4]
+    TeamMemory team_memory "pyllama_memory"[8]
 
 _POLICIES = {"fixed": POLICY_FIXED, "adaptive": POLICY_ADAPTIVE, "alternate": POLICY_ALTERNATE}
 _POLICY_NAMES = {v: k for k, v in _POLICIES.items()}
@@ -101,6 +96,7 @@ _POLICY_NAMES = {v: k for k, v in _POLICIES.items()}
 cdef long long _serial_below = DEFAULT_SERIAL_BELOW
 cdef int _policy = _POLICIES.get(os.environ.get("PYLLAMA_DECODE_POLICY", "adaptive"), POLICY_ADAPTIVE)
 cdef DecodeTeam _last  # the last decode that finished in this process, for decode_stats()
+cdef DecodeTeam _last_blocks  # the block controller after the last block in this process, for block_stats()
 
 
 cdef int team_size(int n_threads, long long work) noexcept nogil:
@@ -146,14 +142,24 @@ def set_decode_policy(str policy="adaptive") -> str:
 
 def decode_stats() -> dict:
     """What the controller did in the last decode that finished in this process."""
+    return _stats(&_last)
+
+
+def block_stats() -> dict:
+    """What the block controller of the engine that ran the last block did over its life: decode_stats'
+    fields, its units being layers."""
+    return _stats(&_last_blocks)
+
+
+cdef dict _stats(const DecodeTeam* t):
     return {
-        "policy": _POLICY_NAMES[_last.mode],
-        "threads": _last.n_threads,
-        "settled": _last.settled,
-        "tokens_1": _last.tokens_1,
-        "tokens_n": _last.tokens_n,
-        "probes": _last.probes,
-        "switches": _last.switches,
+        "policy": _POLICY_NAMES[t.mode],
+        "threads": t.n_threads,
+        "settled": t.settled,
+        "tokens_1": t.tokens_1,
+        "tokens_n": t.tokens_n,
+        "probes": t.probes,
+        "switches": t.switches,
     }
 
 
@@ -168,12 +174,8 @@ cdef void decode_start(DecodeTeam* t, int n_threads, const void* key) noexcept n
 
 
 cdef void _decode_start(DecodeTeam* t, int n_threads, const void* key, double now) noexcept nogil:
-    """Start a decode for ``n_threads`` (the caller's count). The adaptive policy starts where the last
-    decode of ``key`` in this thread settled, if it ended less than MEMORY_SECONDS ago; else on one
-    thread, probing the team as soon as SETTLED_TOKENS tokens are timed: a token on one thread costs
-    at most (n - 1) / n of a token more than on the team when the machine is idle, while a token on
-    a team whose worker is descheduled can cost many tokens' time."""
-    cdef TeamMemory* m
+    """Start a decode for ``n_threads`` (the caller's count): where the last decode of ``key`` in this
+    thread settled, if recent (``_resume``), else on one thread (see "Details" above)."""
     t.key = key
     t.n_threads = n_threads if n_threads > 1 else 1
     t.mode = _policy
@@ -194,9 +196,15 @@ cdef void _decode_start(DecodeTeam* t, int n_threads, const void* key, double no
     t.tokens_n = 0
     t.probes = 0
     t.switches = 0
-    m = _remembered(key, t.n_threads)
+    t.unit = UNIT_TOKEN
+    _resume(t, now)
+
+
+cdef void _resume(DecodeTeam* t, double now) noexcept nogil:
+    """Start from what this thread remembers of t's key and unit, if it is recent enough: its settled
+    team, and the wait for the next probe resumes where it was (the schedule counts time in units)."""
+    cdef TeamMemory* m = _remembered(t)
     if t.mode == POLICY_ADAPTIVE and m != NULL and now - m.used < MEMORY_SECONDS:
-        # the probe schedule counts decode time only: the wait for the next probe resumes where it was
         t.settled = m.settled
         t.other_mean = m.other_mean
         t.gap = m.gap
@@ -204,14 +212,38 @@ cdef void _decode_start(DecodeTeam* t, int n_threads, const void* key, double no
     t.team = t.settled
 
 
-cdef TeamMemory* _remembered(const void* key, int n_threads) noexcept nogil:
+cdef TeamMemory* _remembered(const DecodeTeam* t) noexcept nogil:
     cdef int i
-    if key == NULL:
+    if t.key == NULL:
         return NULL
     for i in range(MEMORY_SLOTS):
-        if team_memory[i].key == key and team_memory[i].n_threads == n_threads:
-            return &team_memory[i]
+        m = &team_memory[i]
+        if m.key == t.key and m.unit == t.unit and m.n_threads == t.n_threads:
+            return m
     return NULL
+
+
+cdef void _remember(const DecodeTeam* t, double now) noexcept nogil:
+    """Keep t's choice for the next controller of its key and unit in this thread (in its slot, else
+    the least recently used one)."""
+    cdef TeamMemory* m
+    cdef int i
+    if t.mode != POLICY_ADAPTIVE or t.key == NULL or t.n_threads < 2:
+        return
+    m = _remembered(t)
+    if m == NULL:
+        m = &team_memory[0]
+        for i in range(1, MEMORY_SLOTS):
+            if team_memory[i].used < m.used:
+                m = &team_memory[i]
+    m.key = t.key
+    m.unit = t.unit
+    m.n_threads = t.n_threads
+    m.settled = t.settled
+    m.other_mean = t.other_mean
+    m.gap = t.gap
+    m.probe_in = max(t.next_probe - now, 0.0)
+    m.used = now
 
 
 cdef void token_start(DecodeTeam* t) noexcept nogil:
@@ -262,8 +294,15 @@ cdef void _settled_step(DecodeTeam* t, double seconds, double now) noexcept nogi
         t.probe_tokens = 0
         t.probe_sum = 0.0
         t.probe_cost = 0.0
-        t.untimed = t.settled_mean < UNTIMED_BELOW
+        t.untimed = _warms_up(t)
         t.probes += 1
+
+
+cdef inline bint _warms_up(const DecodeTeam* t) noexcept nogil:
+    # the first unit on a team after a change is not timed (a sleeping worker wakes, its cache refills):
+    # for short tokens, and for layers always (a layer of a short block is timed as a full block's, so
+    # a wake-up would count many times over; a block has many layers)
+    return t.unit == UNIT_LAYER or t.settled_mean < UNTIMED_BELOW
 
 
 cdef void _probe_step(DecodeTeam* t, double seconds, double now) noexcept nogil:
@@ -271,12 +310,16 @@ cdef void _probe_step(DecodeTeam* t, double seconds, double now) noexcept nogil:
     # team, and wins after PROBE_TOKENS of them: a losing probe costs one token (a stalled team's
     # token can cost many), and a team whose tokens are fast or stalled at random wins only when
     # PROBE_TOKENS in a row say so, not on two lucky ones
-    cdef double ahead = t.settled_mean * (1.0 - MARGIN)
+    # Layers take the larger margin: where blocks run parallel loops at all, the two teams differ by
+    # 1.5x or more (idle: the team, 1.6-1.9x; beside a busy loop: one thread), while a burst of other
+    # work (a page fault, another process) on a few layers of the settled team could let a 3% margin
+    # move a short call onto the slower team, where it would stay until the next probe
+    cdef double ahead = t.settled_mean * (1.0 - (LAYER_MARGIN if t.unit == UNIT_LAYER else MARGIN))
     t.probe_cost += seconds
     t.probe_tokens += 1
     if t.untimed:  # the warm-up token: a wake-up and a cache refill are allowed for
         t.untimed = False
-        if seconds - WARM_UP > ahead:
+        if t.unit == UNIT_TOKEN and seconds - WARM_UP > ahead:
             _probe_end(t, now, False)
         return
     t.probe_sum += seconds
@@ -307,7 +350,7 @@ cdef void _probe_end(DecodeTeam* t, double now, bint won) noexcept nogil:
         t.other_mean = t.probe_cost / t.probe_tokens
         t.gap = min(2.0 * t.gap, MAX_GAP)
         t.team = t.settled
-        t.untimed = t.settled_mean < UNTIMED_BELOW
+        t.untimed = _warms_up(t)
     if t.gap < loss / PROBE_BUDGET:
         t.gap = loss / PROBE_BUDGET
     t.since_decision = 0
@@ -320,27 +363,11 @@ cdef void decode_finish(DecodeTeam* t) noexcept nogil:
 
 cdef void _decode_finish(DecodeTeam* t, double now) noexcept nogil:
     """The decode is over: no cap is left behind; the choice is remembered for the next decode of the
-    same key (in the slot of that key, else the least recently used one); decode_stats() reports it."""
+    same key; decode_stats() reports it."""
     global team_cap, _last
-    cdef TeamMemory* m
-    cdef int i
     team_cap = 0
     _last = t[0]
-    if t.mode != POLICY_ADAPTIVE or t.key == NULL or t.n_threads < 2:
-        return
-    m = _remembered(t.key, t.n_threads)
-    if m == NULL:
-        m = &team_memory[0]
-        for i in range(1, MEMORY_SLOTS):
-            if team_memory[i].used < m.used:
-                m = &team_memory[i]
-    m.key = t.key
-    m.n_threads = t.n_threads
-    m.settled = t.settled
-    m.other_mean = t.other_mean
-    m.gap = t.gap
-    m.probe_in = max(t.next_probe - now, 0.0)
-    m.used = now
+    _remember(t, now)
 
 
 cdef void block_team_start(DecodeTeam* t, int n_threads) noexcept nogil:
@@ -348,72 +375,44 @@ cdef void block_team_start(DecodeTeam* t, int n_threads) noexcept nogil:
 
 
 cdef void _block_team_start(DecodeTeam* t, int n_threads, double now) noexcept nogil:
-    """A controller for runs of blocks. Unlike a decode it starts on the caller's team: a machine is
-    idle more often than not, and there a block runs about n times faster on the team, so a probe of
-    one thread costs most of a block; the first probe waits BLOCK_FIRST_PROBE seconds, so a prompt
-    shorter than that never probes on an idle machine. Nothing is remembered by key: the team lives
-    as long as its engine."""
+    """A controller of the layers of blocks, for one engine. Unlike a decode it starts on the caller's
+    team: a machine is idle more often than not, and there a layer runs about n times faster on the
+    team, so a probe of one thread costs most of a layer; the first probe waits BLOCK_FIRST_PROBE
+    seconds of blocks. Its key is set by the first block_begin (in the thread that runs the blocks)."""
     _decode_start(t, n_threads, NULL, now)
+    t.unit = UNIT_LAYER
     if t.mode == POLICY_ADAPTIVE:
         t.settled = t.n_threads
         t.team = t.n_threads
         t.next_probe = now + BLOCK_FIRST_PROBE
 
 
+cdef void block_begin(DecodeTeam* t, const void* key) noexcept nogil:
+    global team_cap
+    if t.key != key:  # the engine's first block: from what this thread remembers of the model
+        t.key = key
+        _resume(t, _now())
+    if t.team > 1:  # its first layer wakes a worker that may have slept since the last block
+        t.untimed = True
+    team_cap = t.team if t.team < t.n_threads else 0
+
+
 cdef void block_end(DecodeTeam* t, Py_ssize_t n, Py_ssize_t full) noexcept nogil:
     global team_cap
     cdef double now = _now()
-    team_cap = 0
-    # a short block (a sequence's last) is timed as a full one would be: the means compare blocks
+    # a layer of a short block (a sequence's last) is timed as a full one would be: the means compare
+    # layers of blocks of any size
     _token_done(t, (now - t.started) * full / n if 0 < n < full else now - t.started, now)
+    team_cap = t.team if t.team < t.n_threads else 0  # what runs until the next layer: the next's team
 
 
-def simulate_blocks(int n_threads, seconds_1, seconds_n, str policy="adaptive") -> dict:
-    """``simulate_decode`` for the block controller: block i takes ``seconds_1[i]`` on one thread and
-    ``seconds_n[i]`` on the team (full blocks); the same fields."""
-    cdef DecodeTeam t
-    if len(seconds_1) != len(seconds_n):
-        raise ValueError("simulate_blocks: seconds_1 and seconds_n need one time per block each")
-    previous = set_decode_policy(policy)
-    try:
-        _block_team_start(&t, n_threads, 0.0)
-    finally:
-        set_decode_policy(previous)
-    return _run_simulated(&t, seconds_1, seconds_n, 0.0, False)
-
-
-cdef dict _run_simulated(DecodeTeam* t, seconds_1, seconds_n, double start, bint finish):
-    """Drive a started controller from ``start``: unit i takes seconds_1[i] on one thread, seconds_n[i]
-    on the team; ``finish``: end it as a decode ends. Its stats and the simulated seconds."""
-    cdef double seconds, now = start
-    cdef Py_ssize_t i
-    for i in range(len(seconds_1)):
-        seconds = seconds_1[i] if t.team == 1 else seconds_n[i]
-        now += seconds
-        _token_done(t, seconds, now)
-    if finish:
-        _decode_finish(t, now)
-    return {"settled": t.settled, "tokens_1": t.tokens_1, "tokens_n": t.tokens_n, "probes": t.probes,
-            "switches": t.switches, "seconds": now - start}
+cdef void block_finish(DecodeTeam* t) noexcept nogil:
+    global team_cap, _last_blocks
+    team_cap = 0
+    _last_blocks = t[0]
+    _remember(t, _now())
 
 
 def team_for(int n_threads, long long work) -> int:
     """``team_size`` as the calling thread sees it now (the threshold and the decode cap): for tests."""
     return team_size(n_threads, work)
-
-
-def simulate_decode(int n_threads, seconds_1, seconds_n, str policy="adaptive", size_t key=0,
-                    double start=0.0) -> dict:
-    """Run the controller on a simulated clock from ``start``: token i takes ``seconds_1[i]`` on one
-    thread and ``seconds_n[i]`` on the team. ``key`` (0: none) is remembered as a decode's is.
-    Returns ``decode_stats()``'s fields and ``seconds``, the total time, so a test can compare it
-    with always-1, always-n and the best per token."""
-    cdef DecodeTeam t
-    if len(seconds_1) != len(seconds_n):
-        raise ValueError("simulate_decode: seconds_1 and seconds_n need one time per token each")
-    previous = set_decode_policy(policy)
-    try:
-        _decode_start(&t, n_threads, <const void*>key, start)
-    finally:
-        set_decode_policy(previous)
-    return _run_simulated(&t, seconds_1, seconds_n, start, True)
