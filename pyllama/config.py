@@ -96,6 +96,13 @@ class ModelConfig:
         return self.n_kv_heads * self.head_dim
 
     @property
+    def position_work(self) -> int:
+        """Multiply-adds of one position through the weight matrices, classifier included: what the
+        thread policy and a diff's sides weigh a block by."""
+        per_layer = self.dim * (2 * self.q_dim + 2 * self.kv_dim) + 3 * self.dim * self.hidden_dim
+        return self.n_layers * per_layer + self.dim * self.vocab_size
+
+    @property
     def kv_mul(self) -> int:
         """Query heads per KV head: query head h reads KV head h // kv_mul."""
         return self.n_heads // self.n_kv_heads

@@ -4,7 +4,7 @@ exactly 0) over the whole standard probe on stories260K, through the diff harnes
 The probe's longest sequence is the long run (4x the 512-position context), so the reference is
 ``causal:positions=2048`` wherever the other side can hold that much: every position of the probe is
 compared. Native pairs run their two engines concurrently (threads=2, one each: the threshold under
-which a diff runs its sides in turn is lowered for these tests).
+which a diff runs on one thread is lowered for these tests).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "experiments" / "random_evict.py
 def concurrent_sides(monkeypatch):
     from pyllama.diff import harness
 
-    monkeypatch.setattr(harness, "CONCURRENT_SIDES_FROM", 0)
+    monkeypatch.setattr(harness, "DIFF_THREADS_FROM", 0)
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ plugin's ledger after each position into buffers of one row per position, and th
 classifier: the logits of a block of positions are computed afterwards by ``classify_block``, the
 same per-element arithmetic with the classifier read once per block (bit-identical to
 ``Engine.forward``'s logits; the tests check it). With two or more threads the two engines run a block
-concurrently (from CONCURRENT_SIDES_FROM multiply-adds per position), half the thread budget each (a
-native plugin's forward releases the GIL; a Python plugin holds it only inside its ``attend``). Each
-side reduces its block of logits to its log-softmax's per-row constants (one exp per logit,
-``_metrics.RowSoftmax``); the comparison metrics then take one compiled pass over both sides' rows per
-block (``_metrics.compare``), with exactly the values of ``metrics.py``'s numpy.
+concurrently (from DIFF_THREADS_FROM multiply-adds per position; below it a diff runs on one thread),
+half the thread budget each (a native plugin's forward releases the GIL; a Python plugin holds it only
+inside its ``attend``). Each side reduces its block of logits to its log-softmax's per-row constants
+(one exp per logit, ``_metrics.RowSoftmax``); the comparison metrics then take one compiled pass over
+both sides' rows per block (``_metrics.compare``), with exactly the values of ``metrics.py``'s numpy.
 
 A sequence longer than one plugin's ``max_positions`` is compared over the positions both hold,
 and the report says so.
@@ -104,7 +104,7 @@ def run_diff(
     pr = load_probe(probe, tokenizer, config.seq_len)
     _check_probe_ids(pr, config.vocab_size)
     events = [compress_position(where, seg.context_end) for seg in pr.segments]
-    total_threads = max(1, int(threads or 1))
+    total_threads = max(1, int(threads or 1)) if config.position_work >= DIFF_THREADS_FROM else 1
     store = SideCache.from_option(cache) if model_file is not None else None
     keys = _record_keys(store, model_file, config, pr, events, a, b)
     sides, concurrent = _make_sides(store, keys, pr, config, weights, (a, b), block, blocks, total_threads)
@@ -159,17 +159,12 @@ def _run_recorded(pr, seg_infos, sides, cols, progress, concurrent, total_thread
     return offsets
 
 
-# Two live sides run concurrently only from this many multiply-adds per position: below it a side's
-# block is shorter than handing it to a second Python thread costs (stories260K, 0.26M per position: a
-# diff of 128 positions took 22.6 ms on one thread, 25.2 ms as two concurrent sides, idle); the
-# stories15M shape has 15M.
-CONCURRENT_SIDES_FROM = 1 << 20
-
-
-def position_work(config: ModelConfig) -> int:
-    """Multiply-adds of one position through the weight matrices (classifier included)."""
-    per_layer = config.dim * (2 * config.q_dim + 2 * config.kv_dim) + 3 * config.dim * config.hidden_dim
-    return config.n_layers * per_layer + config.dim * config.vocab_size
+# A diff uses its threads only from this many multiply-adds per position. Below it (stories260K, 0.26M;
+# the stories15M shape has 15M) a side's block is shorter than handing it to a second Python thread
+# (a diff of 128 positions: 22.6 ms on one thread, 25.2 ms as two concurrent sides, idle), and a team
+# for its classifier and metrics, outside any engine's thread controller, stalls beside a busy core
+# (139 ms against 27 ms on one thread, two sides in turn on two threads).
+DIFF_THREADS_FROM = 1 << 20
 
 
 def _make_sides(store, keys, pr, config, weights, specs, block, blocks, total_threads):
@@ -177,7 +172,7 @@ def _make_sides(store, keys, pr, config, weights, specs, block, blocks, total_th
     block concurrently with half the threads each (from 2 threads); one live side takes them all."""
     shape = (config.n_layers, config.q_dim)
     records = [store.open(k, _rows_of(pr), config.vocab_size, shape) if k else None for k in keys]
-    concurrent = total_threads >= 2 and records == [None, None] and position_work(config) >= CONCURRENT_SIDES_FROM
+    concurrent = total_threads >= 2 and records == [None, None]
     per_engine = max(1, total_threads // 2) if concurrent else total_threads
     sides: list[LiveSide | ReplaySide] = []
     for spec, record in zip(specs, records, strict=True):

@@ -102,6 +102,7 @@ cdef class Engine:
         self.t.config.eps = config.norm_eps
         self.t.config.arithmetic = arithmetic_of(config)
         self.t.config.max_block = self.max_block
+        self.t.config.position_work = config.position_work
         self.t.config.ffn_activation = FFN_GELU_TANH if config.ffn_activation == "gelu_tanh" else FFN_SILU
         self.t.config.embedding_scale = config.embedding_scale
         self.t.config.logit_softcap = config.logit_softcap

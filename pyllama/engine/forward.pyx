@@ -289,8 +289,7 @@ cdef int forward_block(Transformer* t, Attention attention, const int32_t* token
                        float* logits, bint classify=True) except -1 nogil:
     """forward_rows of n <= max_block known tokens, each layer on the team that t.blocks picks (one
     thread or n_threads: the same bits either way); the cap is lifted even if the pass raises."""
-    block_begin(&t.blocks, t.weights.cls.data)
-    t.layer_units = True
+    t.layer_units = block_begin(&t.blocks, t.weights.cls.data, n * t.config.position_work)
     try:
         return forward_rows(t, attention, tokens, n, pos, logits, classify)
     finally:

@@ -31,6 +31,7 @@ cdef struct Config:
     float eps                  # rmsnorm epsilon
     int arithmetic             # whose rmsnorm/SwiGLU rounding: ARITH_RUNC or ARITH_GGML (kernels/elementwise.pxd)
     int max_block              # most positions one pass takes
+    long long position_work    # ModelConfig.position_work: multiply-adds of one position
     int ffn_activation         # FFN_SILU (SwiGLU) or FFN_GELU_TANH (GeGLU, Gemma 3)
     float embedding_scale      # the embedding row times this (1: none; Gemma 3: sqrtf(dim))
     float logit_softcap        # logits = c * tanh(logits / c) when c > 0

@@ -50,13 +50,13 @@ cdef void token_end(DecodeTeam* t) noexcept nogil
 cdef void decode_finish(DecodeTeam* t) noexcept nogil
 
 # The same controller for the layers of blocks (prompts, Model.logits, a diff's forward passes), one per
-# engine: it starts on the caller's team, waits BLOCK_FIRST_PROBE seconds before its first probe, and
+# engine: it starts on the caller's team, probes once two layers are timed, and
 # times a layer of a block of n positions as if the block held full (threads.pyx). block_begin(key)
 # before a block (the first one resumes from what this thread remembers of key), token_start before
 # each layer, block_end after it (its team holds until the next layer: the classifier runs on it),
 # block_finish after the block.
 cdef void block_team_start(DecodeTeam* t, int n_threads) noexcept nogil
-cdef void block_begin(DecodeTeam* t, const void* key) noexcept nogil
+cdef bint block_begin(DecodeTeam* t, const void* key, long long work) noexcept nogil
 cdef void block_end(DecodeTeam* t, Py_ssize_t n, Py_ssize_t full) noexcept nogil
 cdef void block_finish(DecodeTeam* t) noexcept nogil
 

@@ -13,13 +13,10 @@ computes it, so results are bit-identical whatever the team.
 
 **Why small work stays serial.** Waking an OpenMP team costs a few microseconds, more than a small
 product or an attention step over a few cached rows takes on one thread. So every kernel and plugin
-asks ``team_size(n_threads, work)``: one thread below ``serial_below()`` units of work, else the
-caller's thread count (or the controller's cap). ``work`` is counted in float32 multiply-adds (a
-float32 matrix of rows x cols is rows * cols, an F16 one half that, an int8 one a quarter, an
-attention step n_rows * n_heads * head_dim). The threshold, 2^15 + 1, keeps stories260K's largest
-product (its 512 x 64 classifier) on one thread: one team per token made its 2-thread decode 26%
-slower than 1 thread, while the stories15M shape's smallest products (288 x 288) still gain from two;
-at 2^16 its attention steps of 114-227 rows went serial and idle 2-thread decode lost 5%.
+asks ``team_size(n_threads, work)``: one thread below ``serial_below()`` float32 multiply-adds (an F16
+row counts half, an int8 one a quarter), else the caller's count or the controller's cap. 2^15 + 1
+keeps stories260K's 512 x 64 classifier serial (a team per token made its decode 26% slower), while
+the stories15M shape's 288 x 288 products gain from two; at 2^16 its decode lost 5%.
 
 **Why a choice of teams and not a better split.** Beside one busy loop a team waits at every barrier
 for a worker the scheduler has descheduled (0.5-0.7x of one thread); a dynamic split or a short spin
@@ -29,12 +26,14 @@ before sleeping left 5-token calls 1.1-5x slower than one thread (docs/speed.md 
 worker wakes, its cache refills). A block of n < max_block positions is timed as a full one, so
 the means compare blocks of any size. A decode starts on one thread when nothing is remembered (a
 token on one thread costs at most (n - 1) / n of a token more on an idle machine, a stalled team's
-token many); a run of blocks starts on the team and makes its first probe after
-``BLOCK_FIRST_PROBE`` seconds of blocks (a probe costs most of a layer on an idle machine). When the
+token many); a run of blocks starts on the team and probes once two layers are timed (on an idle
+machine the probe costs about one layer, once per process: what is settled is remembered). When the
 settled team becomes ``TRIGGER`` slower than the other was when last measured (load arriving), the
 next probe starts at once. The probe schedule counts time spent in units, not the clock, so its
 budget holds when calls alternate with other work; what is remembered expires after
-``MEMORY_SECONDS``. The choice reaches the kernels through a per-thread cap that ``team_size``
+``MEMORY_SECONDS``. A block of less than ``SMALL_BLOCK_LOOPS`` times the serial threshold (2^22
+multiply-adds; stories260K's 5 positions are 1.3M) runs on one thread: waking a worker asleep since the last call costs more than its few parallel loops
+save (stories260K's 5-position ``Model.logits``: 0.45 ms on one thread, 0.52 on two). The choice reaches the kernels through a per-thread cap that ``team_size``
 reads, set only while a unit runs.
 
 ``set_serial_below(0)`` makes every loop parallel (the tests' ``parallel_always`` fixture);
@@ -48,6 +47,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 cdef enum:
     DEFAULT_SERIAL_BELOW = (1 << 15) + 1
+    SMALL_BLOCK_LOOPS = 128  # a block of less work than this many serial loops runs on one thread (Details)
     POLICY_FIXED = 0      # every unit on the caller's team
     POLICY_ADAPTIVE = 1   # the controller above
     POLICY_ALTERNATE = 2  # one thread and n threads in turn, every token: for the tests of exactness
@@ -66,7 +66,6 @@ cdef const double MAX_GAP = 1.0            # the doubling stops here (the budget
 cdef const double PROBE_BUDGET = 0.005     # a probe's expected loss, over the gap before it, is at most this
 cdef const double UNTIMED_BELOW = 2e-3     # tokens shorter than this: the first one after a change of team is not timed
 cdef const double WARM_UP = 1e-4           # what that untimed first token may cost on top (a wake-up, a cache refill)
-cdef const double BLOCK_FIRST_PROBE = 0.05  # seconds of blocks on the team before the first probe of one thread
 cdef const double MEMORY_SECONDS = 120.0   # a decode starts from the state of the last one of the same key this recent
 
 cdef extern from *:
@@ -128,10 +127,8 @@ def decode_policy() -> str:
 
 
 def set_decode_policy(str policy="adaptive") -> str:
-    """Set the policy of decodes that start from now on; returns the previous one.
-
-    "adaptive": time tokens and run on the faster of 1 and n threads; "fixed": always the caller's
-    thread count; "alternate": 1 and n threads in turn, every token (tests)."""
+    """Set the policy of controllers started from now on ("adaptive", "fixed" or "alternate", see
+    above); returns the previous one."""
     global _policy
     if policy not in _POLICIES:
         raise ValueError(f"set_decode_policy: policy must be one of {', '.join(_POLICIES)}, got {policy!r}")
@@ -152,15 +149,8 @@ def block_stats() -> dict:
 
 
 cdef dict _stats(const DecodeTeam* t):
-    return {
-        "policy": _POLICY_NAMES[t.mode],
-        "threads": t.n_threads,
-        "settled": t.settled,
-        "tokens_1": t.tokens_1,
-        "tokens_n": t.tokens_n,
-        "probes": t.probes,
-        "switches": t.switches,
-    }
+    return {"policy": _POLICY_NAMES[t.mode], "threads": t.n_threads, "settled": t.settled, "tokens_1": t.tokens_1,
+            "tokens_n": t.tokens_n, "probes": t.probes, "switches": t.switches}
 
 
 cdef double _now() noexcept nogil:
@@ -377,24 +367,27 @@ cdef void block_team_start(DecodeTeam* t, int n_threads) noexcept nogil:
 cdef void _block_team_start(DecodeTeam* t, int n_threads, double now) noexcept nogil:
     """A controller of the layers of blocks, for one engine. Unlike a decode it starts on the caller's
     team: a machine is idle more often than not, and there a layer runs about n times faster on the
-    team, so a probe of one thread costs most of a layer; the first probe waits BLOCK_FIRST_PROBE
-    seconds of blocks. Its key is set by the first block_begin (in the thread that runs the blocks)."""
+    team, so a probe of one thread costs most of a layer. Its key is set by the first block_begin (in the thread that runs the blocks)."""
     _decode_start(t, n_threads, NULL, now)
     t.unit = UNIT_LAYER
     if t.mode == POLICY_ADAPTIVE:
         t.settled = t.n_threads
         t.team = t.n_threads
-        t.next_probe = now + BLOCK_FIRST_PROBE
 
 
-cdef void block_begin(DecodeTeam* t, const void* key) noexcept nogil:
+cdef bint block_begin(DecodeTeam* t, const void* key, long long work) noexcept nogil:
+    """Before a block of ``work`` multiply-adds: its team, and whether its layers are timed units."""
     global team_cap
+    if work < SMALL_BLOCK_LOOPS * _serial_below and t.n_threads > 1:
+        team_cap = 1  # it would end before a worker asleep since the last call woke
+        return False
     if t.key != key:  # the engine's first block: from what this thread remembers of the model
         t.key = key
         _resume(t, _now())
     if t.team > 1:  # its first layer wakes a worker that may have slept since the last block
         t.untimed = True
     team_cap = t.team if t.team < t.n_threads else 0
+    return True
 
 
 cdef void block_end(DecodeTeam* t, Py_ssize_t n, Py_ssize_t full) noexcept nogil:
