@@ -22,19 +22,19 @@ the stories15M shape's 288 x 288 products gain from two; at 2^16 its decode lost
 for a worker the scheduler has descheduled (0.5-0.7x of one thread); a dynamic split or a short spin
 before sleeping left 5-token calls 1.1-5x slower than one thread (docs/speed.md "Threads").
 
-**Details.** The first unit after a change of team is not timed when units are short (a sleeping
-worker wakes, its cache refills). A block of n < max_block positions is timed as a full one, so
-the means compare blocks of any size. A decode starts on one thread when nothing is remembered (a
-token on one thread costs at most (n - 1) / n of a token more on an idle machine, a stalled team's
-token many); a run of blocks starts on the team and probes once two layers are timed (on an idle
-machine the probe costs about one layer, once per process: what is settled is remembered). When the
-settled team becomes ``TRIGGER`` slower than the other was when last measured (load arriving), the
-next probe starts at once. The probe schedule counts time spent in units, not the clock, so its
-budget holds when calls alternate with other work; what is remembered expires after
-``MEMORY_SECONDS``. A block of less than ``SMALL_BLOCK_LOOPS`` times the serial threshold (2^22
-multiply-adds; stories260K's 5 positions are 1.3M) runs on one thread: waking a worker asleep since the last call costs more than its few parallel loops
-save (stories260K's 5-position ``Model.logits``: 0.45 ms on one thread, 0.52 on two). The choice reaches the kernels through a per-thread cap that ``team_size``
-reads, set only while a unit runs.
+**Details.** The first unit after a change of team is not timed when units are short (a sleeping worker
+wakes, its cache refills). A block of n < max_block positions is timed as a full one, so the means
+compare blocks of any size. A decode starts on one thread when nothing is remembered (a token on one
+thread costs at most (n - 1) / n of a token more on an idle machine, a stalled team's token many); a run
+of blocks starts on the team and probes once two layers are timed (on an idle machine the probe costs
+about one layer, once per process: what is settled is remembered). When the settled team becomes
+``TRIGGER`` slower than the other was when last measured (load arriving), the next probe starts at once.
+The probe schedule counts time spent in units, not the clock, so its budget holds when calls alternate
+with other work; what is remembered expires after ``MEMORY_SECONDS``. A block of less than
+``SMALL_BLOCK_LOOPS`` times the serial threshold (2^22 multiply-adds; stories260K's 5 positions are
+1.3M) runs on one thread: waking a worker asleep since the last call costs more than its few parallel
+loops save (stories260K's 5-position ``Model.logits``: 0.45 ms on one thread, 0.52 on two). The choice
+reaches the kernels through a per-thread cap that ``team_size`` reads, set only while a unit runs.
 
 ``set_serial_below(0)`` makes every loop parallel (the tests' ``parallel_always`` fixture);
 ``set_decode_policy`` (or ``PYLLAMA_DECODE_POLICY`` at import) switches the controller off ("fixed":
@@ -367,7 +367,7 @@ cdef void block_team_start(DecodeTeam* t, int n_threads) noexcept nogil:
 cdef void _block_team_start(DecodeTeam* t, int n_threads, double now) noexcept nogil:
     """A controller of the layers of blocks, for one engine. Unlike a decode it starts on the caller's
     team: a machine is idle more often than not, and there a layer runs about n times faster on the
-    team, so a probe of one thread costs most of a layer. Its key is set by the first block_begin (in the thread that runs the blocks)."""
+    team. Its key is set by the first block_begin (in the thread that runs the blocks)."""
     _decode_start(t, n_threads, NULL, now)
     t.unit = UNIT_LAYER
     if t.mode == POLICY_ADAPTIVE:
