@@ -62,7 +62,11 @@ cdef const double MARGIN = 0.03            # the other team must be this much fa
 cdef const double LAYER_MARGIN = 0.2       # per layer of a block (see _probe_step)
 cdef const double TRIGGER = 0.1            # the settled team this much slower than the other one last was: probe now
 cdef const double MIN_GAP = 0.05           # seconds from a change of team to the next probe
+cdef const double MIN_LAYER_GAP = 0.005    # the same for layers: a short call's blocks are a few ms
 cdef const double MAX_GAP = 1.0            # the doubling stops here (the budget rule may ask for more)
+cdef const double MAX_BUDGET_GAP = 5.0     # ... up to this: when load leaves, the team is found again soon
+cdef const double TEAM_PROBE_SECONDS = 0.05  # a team wins only after this long ahead: beside a busy core its
+                                             # worker runs in slices of a few ms, fast while it has one
 cdef const double PROBE_BUDGET = 0.005     # a probe's expected loss, over the gap before it, is at most this
 cdef const double UNTIMED_BELOW = 2e-3     # tokens shorter than this: the first one after a change of team is not timed
 cdef const double WARM_UP = 1e-4           # what that untimed first token may cost on top (a wake-up, a cache refill)
@@ -74,7 +78,7 @@ cdef extern from *:
        their own): the decode controller's team cap (0 = none), and the last choice per key. */
     static __thread int pyllama_team_cap = 0;
     typedef struct { const void* key; int unit; int n_threads; int settled;
-                     double other_mean, gap, probe_in, used; } pyllama_team_memory;
+                     double settled_mean, other_mean, gap, probe_in, used; } pyllama_team_memory;
     static __thread pyllama_team_memory pyllama_memory[8];  /* MEMORY_SLOTS */
     """
     int team_cap "pyllama_team_cap"
@@ -83,6 +87,7 @@ cdef extern from *:
         int unit
         int n_threads
         int settled
+        double settled_mean
         double other_mean
         double gap
         double probe_in
@@ -196,6 +201,7 @@ cdef void _resume(DecodeTeam* t, double now) noexcept nogil:
     cdef TeamMemory* m = _remembered(t)
     if t.mode == POLICY_ADAPTIVE and m != NULL and now - m.used < MEMORY_SECONDS:
         t.settled = m.settled
+        t.settled_mean = m.settled_mean  # the load seen by the last call goes on counting
         t.other_mean = m.other_mean
         t.gap = m.gap
         t.next_probe = now + m.probe_in
@@ -230,6 +236,7 @@ cdef void _remember(const DecodeTeam* t, double now) noexcept nogil:
     m.unit = t.unit
     m.n_threads = t.n_threads
     m.settled = t.settled
+    m.settled_mean = t.settled_mean
     m.other_mean = t.other_mean
     m.gap = t.gap
     m.probe_in = max(t.next_probe - now, 0.0)
@@ -316,7 +323,7 @@ cdef void _probe_step(DecodeTeam* t, double seconds, double now) noexcept nogil:
     t.probe_n += 1
     if t.probe_sum >= t.probe_n * ahead:
         _probe_end(t, now, False)
-    elif t.probe_n == PROBE_TOKENS:
+    elif t.probe_n >= PROBE_TOKENS and (t.team == 1 or t.probe_sum >= TEAM_PROBE_SECONDS):
         _probe_end(t, now, True)
 
 
@@ -332,7 +339,7 @@ cdef void _probe_end(DecodeTeam* t, double now, bint won) noexcept nogil:
         t.settled = t.team
         t.other_mean = t.settled_mean
         t.settled_mean = t.probe_sum / t.probe_n
-        t.gap = MIN_GAP
+        t.gap = MIN_LAYER_GAP if t.unit == UNIT_LAYER else MIN_GAP
         t.switches += 1
     else:
         # the settled team wins: back to it, probing later; this probe lost this much
@@ -342,7 +349,7 @@ cdef void _probe_end(DecodeTeam* t, double now, bint won) noexcept nogil:
         t.team = t.settled
         t.untimed = _warms_up(t)
     if t.gap < loss / PROBE_BUDGET:
-        t.gap = loss / PROBE_BUDGET
+        t.gap = min(loss / PROBE_BUDGET, MAX_BUDGET_GAP)
     t.since_decision = 0
     t.next_probe = now + t.gap
 
@@ -370,6 +377,7 @@ cdef void _block_team_start(DecodeTeam* t, int n_threads, double now) noexcept n
     team. Its key is set by the first block_begin (in the thread that runs the blocks)."""
     _decode_start(t, n_threads, NULL, now)
     t.unit = UNIT_LAYER
+    t.gap = MIN_LAYER_GAP
     if t.mode == POLICY_ADAPTIVE:
         t.settled = t.n_threads
         t.team = t.n_threads
