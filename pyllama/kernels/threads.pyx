@@ -65,8 +65,8 @@ cdef const double MIN_GAP = 0.05           # seconds from a change of team to th
 cdef const double MIN_LAYER_GAP = 0.005    # the same for layers: a short call's blocks are a few ms
 cdef const double MAX_GAP = 1.0            # the doubling stops here (the budget rule may ask for more)
 cdef const double MAX_BUDGET_GAP = 5.0     # ... up to this: when load leaves, the team is found again soon
-cdef const double TEAM_PROBE_SECONDS = 0.05  # a team wins only after this long ahead: beside a busy core its
-                                             # worker runs in slices of a few ms, fast while it has one
+# a team wins a probe only after this long ahead: beside a busy core its worker runs in slices of a few ms
+cdef const double TEAM_PROBE_SECONDS = 0.05
 cdef const double PROBE_BUDGET = 0.005     # a probe's expected loss, over the gap before it, is at most this
 cdef const double UNTIMED_BELOW = 2e-3     # tokens shorter than this: the first one after a change of team is not timed
 cdef const double WARM_UP = 1e-4           # what that untimed first token may cost on top (a wake-up, a cache refill)
