@@ -21,6 +21,7 @@ from pyllama.kernels.thread_simulation import simulate_blocks, simulate_decode
 from pyllama.kernels.threads import (
     decode_policy,
     decode_stats,
+    forget_teams,
     serial_below,
     set_decode_policy,
     team_for,
@@ -31,6 +32,12 @@ from pyllama.sampler import Sampler
 
 PROMPT = np.array([1, 403, 407], dtype=np.int32)
 BIG = 1 << 40  # more work than any threshold: team_for then shows the cap alone
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory():
+    """Each test's models start afresh: a model loaded where an earlier test's was shares its key."""
+    forget_teams()
 
 
 @pytest.fixture
@@ -337,6 +344,19 @@ def test_a_new_engine_of_the_same_model_starts_from_the_choice():
     assert again["tokens_n"] == 0 and again["tokens_1"] == 30
     other = simulate_blocks(2, [2e-3] * 30, [6e-3] * 30, key=8, start=1000.0 + first["seconds"])
     assert other["tokens_n"] > 0  # another model starts on the team
+
+
+def test_a_probe_goes_on_across_calls_shorter_than_it():
+    """stories260K's 64-position Model.logits runs 5 layers, fewer than a probe needs: a probe in
+    progress is remembered with the choice, so once load arrives the calls after move to one thread."""
+    idle = simulate_blocks(2, [4e-3] * 200, [2.2e-3] * 200, key=9, start=2000.0)
+    assert idle["settled"] == 2
+    now, teams = 2000.0 + idle["seconds"], []
+    for _ in range(12):  # beside a busy core: the team's layers stall
+        call = simulate_blocks(2, [2e-3] * 4, [6e-3] * 4, key=9, start=now)
+        now += call["seconds"]
+        teams.append(call["tokens_n"])
+    assert teams[-4:] == [0, 0, 0, 0], teams
 
 
 def test_a_small_model_diffs_on_one_thread(stories260k, tok512, monkeypatch):

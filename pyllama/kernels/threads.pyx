@@ -78,20 +78,17 @@ cdef extern from *:
        their own): the decode controller's team cap (0 = none), and the last choice per key. */
     static __thread int pyllama_team_cap = 0;
     typedef struct { const void* key; int unit; int n_threads; int settled;
-                     double settled_mean, other_mean, gap, probe_in, used; } pyllama_team_memory;
+                     double settled_mean, other_mean, gap, probe_in, used;
+                     int probing, untimed, probe_n, probe_tokens; double probe_sum, probe_cost; } pyllama_team_memory;
     static __thread pyllama_team_memory pyllama_memory[8];  /* MEMORY_SLOTS */
     """
     int team_cap "pyllama_team_cap"
     ctypedef struct TeamMemory "pyllama_team_memory":
         const void* key
-        int unit
-        int n_threads
-        int settled
-        double settled_mean
-        double other_mean
-        double gap
-        double probe_in
-        double used
+        int unit, n_threads, settled
+        double settled_mean, other_mean, gap, probe_in, used
+        int probing, untimed, probe_n, probe_tokens  # a probe of layers in progress (see _resume)
+        double probe_sum, probe_cost
     TeamMemory team_memory "pyllama_memory"[8]
 
 _POLICIES = {"fixed": POLICY_FIXED, "adaptive": POLICY_ADAPTIVE, "alternate": POLICY_ALTERNATE}
@@ -142,6 +139,13 @@ def set_decode_policy(str policy="adaptive") -> str:
     return previous
 
 
+def forget_teams() -> None:
+    """Forget what this thread remembers of every model (the next call starts afresh): for tests, whose
+    models may be loaded where an earlier test's model was, and so share its key."""
+    for i in range(MEMORY_SLOTS):
+        team_memory[i].key = NULL
+
+
 def decode_stats() -> dict:
     """What the controller did in the last decode that finished in this process."""
     return _stats(&_last)
@@ -177,20 +181,10 @@ cdef void _decode_start(DecodeTeam* t, int n_threads, const void* key, double no
     t.settled = 1 if t.mode == POLICY_ADAPTIVE else t.n_threads
     t.probing = False
     t.untimed = False  # the prompt's blocks ran on the team just before: it is warm
-    t.probe_n = 0
-    t.probe_tokens = 0
-    t.since_decision = 0
-    t.probe_sum = 0.0
-    t.probe_cost = 0.0
-    t.settled_mean = 0.0
-    t.other_mean = 0.0
-    t.started = 0.0
-    t.next_probe = 0.0
+    t.probe_n = t.probe_tokens = t.since_decision = 0
+    t.probe_sum = t.probe_cost = t.settled_mean = t.other_mean = t.started = t.next_probe = 0.0
     t.gap = MIN_GAP
-    t.tokens_1 = 0
-    t.tokens_n = 0
-    t.probes = 0
-    t.switches = 0
+    t.tokens_1 = t.tokens_n = t.probes = t.switches = 0
     t.unit = UNIT_TOKEN
     _resume(t, now)
 
@@ -202,9 +196,16 @@ cdef void _resume(DecodeTeam* t, double now) noexcept nogil:
     if t.mode == POLICY_ADAPTIVE and m != NULL and now - m.used < MEMORY_SECONDS:
         t.settled = m.settled
         t.settled_mean = m.settled_mean  # the load seen by the last call goes on counting
-        t.other_mean = m.other_mean
-        t.gap = m.gap
+        t.other_mean, t.gap = m.other_mean, m.gap
         t.next_probe = now + m.probe_in
+        if t.unit == UNIT_LAYER and m.probing:
+            # a probe goes on where the last call left it: a short call (stories260K's 64 positions are
+            # 5 layers) holds fewer layers than a probe needs, and would otherwise never finish one
+            t.probing, t.untimed = True, m.untimed
+            t.probe_n, t.probe_tokens = m.probe_n, m.probe_tokens
+            t.probe_sum, t.probe_cost = m.probe_sum, m.probe_cost
+            t.team = 1 if t.settled > 1 else t.n_threads
+            return
     t.team = t.settled
 
 
@@ -232,15 +233,12 @@ cdef void _remember(const DecodeTeam* t, double now) noexcept nogil:
         for i in range(1, MEMORY_SLOTS):
             if team_memory[i].used < m.used:
                 m = &team_memory[i]
-    m.key = t.key
-    m.unit = t.unit
-    m.n_threads = t.n_threads
-    m.settled = t.settled
-    m.settled_mean = t.settled_mean
-    m.other_mean = t.other_mean
-    m.gap = t.gap
+    m.key, m.unit, m.n_threads, m.settled = t.key, t.unit, t.n_threads, t.settled
+    m.settled_mean, m.other_mean, m.gap = t.settled_mean, t.other_mean, t.gap
     m.probe_in = max(t.next_probe - now, 0.0)
     m.used = now
+    m.probing, m.untimed, m.probe_n, m.probe_tokens = t.probing, t.untimed, t.probe_n, t.probe_tokens
+    m.probe_sum, m.probe_cost = t.probe_sum, t.probe_cost
 
 
 cdef void token_start(DecodeTeam* t) noexcept nogil:
