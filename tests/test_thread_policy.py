@@ -17,7 +17,7 @@ import pytest
 
 from pyllama.attention.base import Attention
 from pyllama.engine.core import Engine
-from pyllama.kernels.thread_simulation import simulate_blocks, simulate_decode
+from pyllama.kernels.thread_simulation import simulate_blocks, simulate_decode, simulate_sized_blocks
 from pyllama.kernels.threads import (
     decode_policy,
     decode_stats,
@@ -357,6 +357,17 @@ def test_a_probe_goes_on_across_calls_shorter_than_it():
         now += call["seconds"]
         teams.append(call["tokens_n"])
     assert teams[-4:] == [0, 0, 0, 0], teams
+
+
+def test_blocks_of_another_size_keep_their_own_choice():
+    """A generate's 5-position prompt, where one thread wins per layer, then 128-position blocks, where
+    the team is 1.8x faster: the long blocks run on the team. (Timed as one class, the short blocks'
+    layers counted their fixed costs 25 times over and one thread won for the long ones too.)"""
+    short = [(5, [1e-4] * 8, [3e-4] * 8)] * 6
+    long = [(128, [4e-3] * 8, [2.2e-3] * 8)] * 4
+    teams = simulate_sized_blocks(2, short + long, 128, key=11, start=3000.0)
+    assert teams[5][-1] == 1  # the short blocks settled on one thread
+    assert all(team == 2 for team in teams[-1]), teams[6:]
 
 
 def test_a_small_model_diffs_on_one_thread(stories260k, tok512, monkeypatch):

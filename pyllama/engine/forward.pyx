@@ -289,7 +289,8 @@ cdef int forward_block(Transformer* t, Attention attention, const int32_t* token
                        float* logits, bint classify=True) except -1 nogil:
     """forward_rows of n <= max_block known tokens, each layer on the team that t.blocks picks (one
     thread or n_threads: the same bits either way); the cap is lifted even if the pass raises."""
-    t.layer_units = block_begin(&t.blocks, t.weights.cls.data, n * t.config.position_work)
+    cdef const Config* c = &t.config
+    t.layer_units = block_begin(&t.blocks, t.weights.cls.data, n * c.position_work, n, c.max_block)
     try:
         return forward_rows(t, attention, tokens, n, pos, logits, classify)
     finally:

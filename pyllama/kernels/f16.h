@@ -20,7 +20,7 @@
    16, the lanes are reduced in a fixed order ((u, u+16, u+32, u+48), then (u, u+4, u+8, u+12),
    then (0+2)+(1+3)) and the last n mod 16 products are added in order. AVX-512: four zmm;
    F16C + FMA: eight ymm; elsewhere plain C over the same lanes. */
-static inline float pyllama_dot_f16(const uint16_t* w, const float* x, ptrdiff_t n) {
+static __attribute__((noinline)) float pyllama_dot_f16(const uint16_t* w, const float* x, ptrdiff_t n) {
     const ptrdiff_t n_wide = n - n % 64, n_main = n - n % 16;
     ptrdiff_t j;
     float l[64];

@@ -3,7 +3,8 @@ on the team is given, and the controller of pyllama.kernels.threads decides as i
 functions, only the clock is simulated)."""
 
 from pyllama.kernels.threads cimport (
-    DecodeTeam, _block_team_start, _decode_finish, _decode_start, _remember, _resume, _token_done,
+    DecodeTeam, _block_class, _block_team_start, _decode_finish, _decode_start, _layer_done, _remember, _resume,
+    _token_done,
 )
 from pyllama.kernels.threads import set_decode_policy
 
@@ -59,3 +60,24 @@ def simulate_decode(int n_threads, seconds_1, seconds_n, str policy="adaptive", 
     finally:
         set_decode_policy(previous)
     return _run_simulated(&t, seconds_1, seconds_n, start, True)
+
+
+def simulate_sized_blocks(int n_threads, blocks, Py_ssize_t full, size_t key=1, double start=0.0) -> list:
+    """One engine's blocks of several sizes: ``blocks`` holds (n, seconds_1, seconds_n) per block, n
+    positions of at most ``full`` and each layer's seconds on one thread and on the team (as the
+    block's own, not scaled). The team each block's layers ran on, a list per block."""
+    cdef DecodeTeam t
+    cdef double now = start
+    _block_team_start(&t, n_threads, start)
+    teams = []
+    for n, seconds_1, seconds_n in blocks:
+        _block_class(&t, <const void*>key, n, full, now)
+        ran = []
+        for one, team in zip(seconds_1, seconds_n):
+            ran.append(t.team)
+            seconds = one if t.team == 1 else team
+            now += seconds
+            _layer_done(&t, seconds, n, full, now)
+        teams.append(ran)
+    _remember(&t, now)
+    return teams

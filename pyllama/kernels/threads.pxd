@@ -50,13 +50,13 @@ cdef void token_end(DecodeTeam* t) noexcept nogil
 cdef void decode_finish(DecodeTeam* t) noexcept nogil
 
 # The same controller for the layers of blocks (prompts, Model.logits, a diff's forward passes), one per
-# engine: it starts on the caller's team, probes once two layers are timed, and
-# times a layer of a block of n positions as if the block held full (threads.pyx). block_begin(key)
-# before a block (the first one resumes from what this thread remembers of key), token_start before
+# engine: it starts on the caller's team, probes once two layers are timed, and keeps a state per size
+# class of blocks (threads.pyx). block_begin(key, work, n, full) before a block (a new size class
+# resumes from what this thread remembers of key at that size), token_start before
 # each layer, block_end after it (its team holds until the next layer: the classifier runs on it),
 # block_finish after the block.
 cdef void block_team_start(DecodeTeam* t, int n_threads) noexcept nogil
-cdef bint block_begin(DecodeTeam* t, const void* key, long long work) noexcept nogil
+cdef bint block_begin(DecodeTeam* t, const void* key, long long work, Py_ssize_t n, Py_ssize_t full) noexcept nogil
 cdef void block_end(DecodeTeam* t, Py_ssize_t n, Py_ssize_t full) noexcept nogil
 cdef void block_finish(DecodeTeam* t) noexcept nogil
 
@@ -65,5 +65,7 @@ cdef void _decode_start(DecodeTeam* t, int n_threads, const void* key, double no
 cdef void _block_team_start(DecodeTeam* t, int n_threads, double now) noexcept nogil
 cdef void _resume(DecodeTeam* t, double now) noexcept nogil
 cdef void _token_done(DecodeTeam* t, double seconds, double now) noexcept nogil
+cdef void _block_class(DecodeTeam* t, const void* key, Py_ssize_t n, Py_ssize_t full, double now) noexcept nogil
+cdef void _layer_done(DecodeTeam* t, double seconds, Py_ssize_t n, Py_ssize_t full, double now) noexcept nogil
 cdef void _remember(const DecodeTeam* t, double now) noexcept nogil
 cdef void _decode_finish(DecodeTeam* t, double now) noexcept nogil

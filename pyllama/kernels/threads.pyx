@@ -18,23 +18,19 @@ row counts half, an int8 one a quarter), else the caller's count or the controll
 keeps stories260K's 512 x 64 classifier serial (a team per token made its decode 26% slower), while
 the stories15M shape's 288 x 288 products gain from two; at 2^16 its decode lost 5%.
 
-**Why a choice of teams and not a better split.** Beside one busy loop a team waits at every barrier
-for a worker the scheduler has descheduled (0.5-0.7x of one thread); a dynamic split or a short spin
-before sleeping left 5-token calls 1.1-5x slower than one thread (docs/speed.md "Threads").
-
-**Details.** The first unit after a change of team is not timed when units are short (a sleeping worker
-wakes, its cache refills). A block of n < max_block positions is timed as a full one, so the means
-compare blocks of any size. A decode starts on one thread when nothing is remembered (a token on one
-thread costs at most (n - 1) / n of a token more on an idle machine, a stalled team's token many); a run
-of blocks starts on the team and probes once two layers are timed (on an idle machine the probe costs
-about one layer, once per process: what is settled is remembered). When the settled team becomes
-``TRIGGER`` slower than the other was when last measured (load arriving), the next probe starts at once.
-The probe schedule counts time spent in units, not the clock, so its budget holds when calls alternate
-with other work; what is remembered expires after ``MEMORY_SECONDS``. A block of less than
-``SMALL_BLOCK_LOOPS`` times the serial threshold (2^22 multiply-adds; stories260K's 5 positions are
-1.3M) runs on one thread: waking a worker asleep since the last call costs more than its few parallel
-loops save (stories260K's 5-position ``Model.logits``: 0.45 ms on one thread, 0.52 on two). The choice
-reaches the kernels through a per-thread cap that ``team_size`` reads, set only while a unit runs.
+**Details** (why a choice of teams and not a better split: docs/speed.md "Threads"). The first unit
+after a change of team is not timed when units are short (a sleeping worker wakes, its cache refills).
+Blocks of three size classes (``block_begin``) keep states of their own, a block timed as the largest
+of its class. A decode starts on one thread when nothing is remembered (a token on one thread costs at
+most (n - 1) / n of a token more on an idle machine, a stalled team's token many); blocks start on the
+team and probe once two layers are timed (idle, the probe costs about one layer, once per process).
+When the settled team becomes ``TRIGGER`` slower than the other was when last measured (load
+arriving), the next probe starts at once. The probe schedule counts time spent in units, not the
+clock, so its budget holds when calls alternate with other work; what is remembered expires after
+``MEMORY_SECONDS``. A block of less than ``SMALL_BLOCK_LOOPS`` times the serial threshold (2^22
+multiply-adds; stories260K's 5 positions are 1.3M) runs on one thread: waking a worker asleep since
+the last call costs more than its few loops save (0.45 ms against 0.52). The choice reaches the
+kernels through a per-thread cap that ``team_size`` reads, set only while a unit runs.
 
 ``set_serial_below(0)`` makes every loop parallel (the tests' ``parallel_always`` fixture);
 ``set_decode_policy`` (or ``PYLLAMA_DECODE_POLICY`` at import) switches the controller off ("fixed":
@@ -53,9 +49,10 @@ cdef enum:
     POLICY_ALTERNATE = 2  # one thread and n threads in turn, every token: for the tests of exactness
     SETTLED_TOKENS = 2    # timed tokens on the settled team before it can be compared
     PROBE_TOKENS = 8      # timed tokens a probe must win, each keeping its running mean ahead, to be chosen
-    MEMORY_SLOTS = 8      # (key, unit) pairs remembered per thread
+    MEMORY_SLOTS = 16     # (key, unit) pairs remembered per thread
     UNIT_TOKEN = 0        # what a controller times: decode tokens
-    UNIT_LAYER = 1        # or layers of blocks
+    UNIT_LAYER = 1        # or layers of blocks of more than max_block / 4 positions; + 1, + 2: of smaller
+    SIZE_CLASSES = 3      # blocks (see block_begin)
 
 cdef const double MEAN_WEIGHT = 0.125      # weight of a new token in the settled team's running mean
 cdef const double MARGIN = 0.03            # the other team must be this much faster per token to be chosen
@@ -80,7 +77,7 @@ cdef extern from *:
     typedef struct { const void* key; int unit; int n_threads; int settled;
                      double settled_mean, other_mean, gap, probe_in, used;
                      int probing, untimed, probe_n, probe_tokens; double probe_sum, probe_cost; } pyllama_team_memory;
-    static __thread pyllama_team_memory pyllama_memory[8];  /* MEMORY_SLOTS */
+    static __thread pyllama_team_memory pyllama_memory[16];  /* MEMORY_SLOTS */
     """
     int team_cap "pyllama_team_cap"
     ctypedef struct TeamMemory "pyllama_team_memory":
@@ -89,7 +86,7 @@ cdef extern from *:
         double settled_mean, other_mean, gap, probe_in, used
         int probing, untimed, probe_n, probe_tokens  # a probe of layers in progress (see _resume)
         double probe_sum, probe_cost
-    TeamMemory team_memory "pyllama_memory"[8]
+    TeamMemory team_memory "pyllama_memory"[16]
 
 _POLICIES = {"fixed": POLICY_FIXED, "adaptive": POLICY_ADAPTIVE, "alternate": POLICY_ALTERNATE}
 _POLICY_NAMES = {v: k for k, v in _POLICIES.items()}
@@ -118,8 +115,7 @@ def set_serial_below(long long work=DEFAULT_SERIAL_BELOW) -> int:
     global _serial_below
     if work < 0:
         raise ValueError(f"set_serial_below: work must be >= 0, got {work}")
-    previous = _serial_below
-    _serial_below = work
+    previous, _serial_below = _serial_below, work
     return previous
 
 
@@ -134,14 +130,12 @@ def set_decode_policy(str policy="adaptive") -> str:
     global _policy
     if policy not in _POLICIES:
         raise ValueError(f"set_decode_policy: policy must be one of {', '.join(_POLICIES)}, got {policy!r}")
-    previous = _POLICY_NAMES[_policy]
-    _policy = _POLICIES[policy]
+    previous, _policy = _POLICY_NAMES[_policy], _POLICIES[policy]
     return previous
 
 
 def forget_teams() -> None:
-    """Forget what this thread remembers of every model (the next call starts afresh): for tests, whose
-    models may be loaded where an earlier test's model was, and so share its key."""
+    """Forget what this thread remembers of every model: for tests (a model at an earlier's address)."""
     for i in range(MEMORY_SLOTS):
         team_memory[i].key = NULL
 
@@ -179,13 +173,11 @@ cdef void _decode_start(DecodeTeam* t, int n_threads, const void* key, double no
     t.n_threads = n_threads if n_threads > 1 else 1
     t.mode = _policy
     t.settled = 1 if t.mode == POLICY_ADAPTIVE else t.n_threads
-    t.probing = False
-    t.untimed = False  # the prompt's blocks ran on the team just before: it is warm
+    t.probing = t.untimed = False  # (untimed: the prompt's blocks ran on the team just before: it is warm)
     t.probe_n = t.probe_tokens = t.since_decision = 0
     t.probe_sum = t.probe_cost = t.settled_mean = t.other_mean = t.started = t.next_probe = 0.0
-    t.gap = MIN_GAP
+    t.gap, t.unit = MIN_GAP, UNIT_TOKEN
     t.tokens_1 = t.tokens_n = t.probes = t.switches = 0
-    t.unit = UNIT_TOKEN
     _resume(t, now)
 
 
@@ -194,11 +186,9 @@ cdef void _resume(DecodeTeam* t, double now) noexcept nogil:
     team, and the wait for the next probe resumes where it was (the schedule counts time in units)."""
     cdef TeamMemory* m = _remembered(t)
     if t.mode == POLICY_ADAPTIVE and m != NULL and now - m.used < MEMORY_SECONDS:
-        t.settled = m.settled
-        t.settled_mean = m.settled_mean  # the load seen by the last call goes on counting
-        t.other_mean, t.gap = m.other_mean, m.gap
-        t.next_probe = now + m.probe_in
-        if t.unit == UNIT_LAYER and m.probing:
+        t.settled, t.settled_mean = m.settled, m.settled_mean  # the load seen by the last call goes on counting
+        t.other_mean, t.gap, t.next_probe = m.other_mean, m.gap, now + m.probe_in
+        if t.unit != UNIT_TOKEN and m.probing:
             # a probe goes on where the last call left it: a short call (stories260K's 64 positions are
             # 5 layers) holds fewer layers than a probe needs, and would otherwise never finish one
             t.probing, t.untimed = True, m.untimed
@@ -235,8 +225,7 @@ cdef void _remember(const DecodeTeam* t, double now) noexcept nogil:
                 m = &team_memory[i]
     m.key, m.unit, m.n_threads, m.settled = t.key, t.unit, t.n_threads, t.settled
     m.settled_mean, m.other_mean, m.gap = t.settled_mean, t.other_mean, t.gap
-    m.probe_in = max(t.next_probe - now, 0.0)
-    m.used = now
+    m.probe_in, m.used = max(t.next_probe - now, 0.0), now
     m.probing, m.untimed, m.probe_n, m.probe_tokens = t.probing, t.untimed, t.probe_n, t.probe_tokens
     m.probe_sum, m.probe_cost = t.probe_sum, t.probe_cost
 
@@ -285,31 +274,24 @@ cdef void _settled_step(DecodeTeam* t, double seconds, double now) noexcept nogi
     if now >= t.next_probe or (t.other_mean > 0.0 and t.settled_mean > (1.0 + TRIGGER) * t.other_mean):
         t.probing = True
         t.team = 1 if t.settled > 1 else t.n_threads
-        t.probe_n = 0
-        t.probe_tokens = 0
-        t.probe_sum = 0.0
-        t.probe_cost = 0.0
+        t.probe_n = t.probe_tokens = 0
+        t.probe_sum = t.probe_cost = 0.0
         t.untimed = _warms_up(t)
         t.probes += 1
 
 
 cdef inline bint _warms_up(const DecodeTeam* t) noexcept nogil:
     # the first unit on a team after a change is not timed (a sleeping worker wakes, its cache refills):
-    # for short tokens, and for layers always (a layer of a short block is timed as a full block's, so
-    # a wake-up would count many times over; a block has many layers)
-    return t.unit == UNIT_LAYER or t.settled_mean < UNTIMED_BELOW
+    # for short tokens, and for layers always (a short block's layer is scaled up; a block has many)
+    return t.unit != UNIT_TOKEN or t.settled_mean < UNTIMED_BELOW
 
 
 cdef void _probe_step(DecodeTeam* t, double seconds, double now) noexcept nogil:
-    # the probe stays only while the running mean of its timed tokens is MARGIN ahead of the settled
-    # team, and wins after PROBE_TOKENS of them: a losing probe costs one token (a stalled team's
-    # token can cost many), and a team whose tokens are fast or stalled at random wins only when
-    # PROBE_TOKENS in a row say so, not on two lucky ones
-    # Layers take the larger margin: where blocks run parallel loops at all, the two teams differ by
-    # 1.5x or more (idle: the team, 1.6-1.9x; beside a busy loop: one thread), while a burst of other
-    # work (a page fault, another process) on a few layers of the settled team could let a 3% margin
-    # move a short call onto the slower team, where it would stay until the next probe
-    cdef double ahead = t.settled_mean * (1.0 - (LAYER_MARGIN if t.unit == UNIT_LAYER else MARGIN))
+    # the probe stays while its running mean is MARGIN ahead and wins after PROBE_TOKENS such units: a
+    # losing probe costs one unit (a stalled team's can cost many), and units fast or stalled at random
+    # win only when PROBE_TOKENS in a row say so. Layers take 20%: where blocks are parallel at all the
+    # teams differ by 1.5x or more, while a burst of other work could let 3% move a short call
+    cdef double ahead = t.settled_mean * (1.0 - (MARGIN if t.unit == UNIT_TOKEN else LAYER_MARGIN))
     t.probe_cost += seconds
     t.probe_tokens += 1
     if t.untimed:  # the warm-up token: a wake-up and a cache refill are allowed for
@@ -337,7 +319,7 @@ cdef void _probe_end(DecodeTeam* t, double now, bint won) noexcept nogil:
         t.settled = t.team
         t.other_mean = t.settled_mean
         t.settled_mean = t.probe_sum / t.probe_n
-        t.gap = MIN_LAYER_GAP if t.unit == UNIT_LAYER else MIN_GAP
+        t.gap = MIN_GAP if t.unit == UNIT_TOKEN else MIN_LAYER_GAP
         t.switches += 1
     else:
         # the settled team wins: back to it, probing later; this probe lost this much
@@ -374,35 +356,55 @@ cdef void _block_team_start(DecodeTeam* t, int n_threads, double now) noexcept n
     team: a machine is idle more often than not, and there a layer runs about n times faster on the
     team. Its key is set by the first block_begin (in the thread that runs the blocks)."""
     _decode_start(t, n_threads, NULL, now)
-    t.unit = UNIT_LAYER
-    t.gap = MIN_LAYER_GAP
-    if t.mode == POLICY_ADAPTIVE:
-        t.settled = t.n_threads
-        t.team = t.n_threads
+    _layers_start(t, UNIT_LAYER)
 
 
-cdef bint block_begin(DecodeTeam* t, const void* key, long long work) noexcept nogil:
-    """Before a block of ``work`` multiply-adds: its team, and whether its layers are timed units."""
+cdef void _layers_start(DecodeTeam* t, int unit) noexcept nogil:
+    t.unit, t.gap, t.since_decision = unit, MIN_LAYER_GAP, 0
+    t.probing = t.untimed = False
+    t.settled_mean = t.other_mean = t.next_probe = 0.0
+    t.settled = t.team = t.n_threads if t.mode == POLICY_ADAPTIVE else t.settled
+
+
+cdef bint block_begin(DecodeTeam* t, const void* key, long long work, Py_ssize_t n, Py_ssize_t full) noexcept nogil:
+    """Before a block of n positions (of at most ``full``) and ``work`` multiply-adds: its team, and
+    whether its layers are timed units."""
     global team_cap
     if work < SMALL_BLOCK_LOOPS * _serial_below and t.n_threads > 1:
         team_cap = 1  # it would end before a worker asleep since the last call woke
         return False
-    if t.key != key:  # the engine's first block: from what this thread remembers of the model
-        t.key = key
-        _resume(t, _now())
+    _block_class(t, key, n, full, _now())
     if t.team > 1:  # its first layer wakes a worker that may have slept since the last block
         t.untimed = True
     team_cap = t.team if t.team < t.n_threads else 0
     return True
 
 
+cdef void _block_class(DecodeTeam* t, const void* key, Py_ssize_t n, Py_ssize_t full, double now) noexcept nogil:
+    # Blocks of more than full / 4, more than full / 16 and fewer positions are three units with states
+    # of their own: a layer's time is not proportional to its positions (a 5-position layer timed as a
+    # 128-position one counted its fixed costs 25 times over, and a probe of one thread there won)
+    cdef int unit = UNIT_LAYER
+    while unit < UNIT_LAYER + SIZE_CLASSES - 1 and 4 * n <= full >> 2 * (unit - UNIT_LAYER):
+        unit += 1
+    if t.key != key or t.unit != unit:  # from what this thread remembers of the model at this size
+        if t.key == key:
+            _remember(t, now)  # the other size's state, for when it comes back
+        t.key = key
+        _layers_start(t, unit)
+        _resume(t, now)
+
+
 cdef void block_end(DecodeTeam* t, Py_ssize_t n, Py_ssize_t full) noexcept nogil:
     global team_cap
     cdef double now = _now()
-    # a layer of a short block (a sequence's last) is timed as a full one would be: the means compare
-    # layers of blocks of any size
-    _token_done(t, (now - t.started) * full / n if 0 < n < full else now - t.started, now)
+    _layer_done(t, now - t.started, n, full, now)
     team_cap = t.team if t.team < t.n_threads else 0  # what runs until the next layer: the next's team
+
+
+cdef void _layer_done(DecodeTeam* t, double seconds, Py_ssize_t n, Py_ssize_t full, double now) noexcept nogil:
+    full = full >> 2 * (t.unit - UNIT_LAYER)  # a layer of a smaller block is timed as its class's largest
+    _token_done(t, seconds * full / n if 0 < n < full else seconds, now)
 
 
 cdef void block_finish(DecodeTeam* t) noexcept nogil:
