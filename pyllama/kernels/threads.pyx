@@ -188,9 +188,10 @@ cdef void _resume(DecodeTeam* t, double now) noexcept nogil:
     if t.mode == POLICY_ADAPTIVE and m != NULL and now - m.used < MEMORY_SECONDS:
         t.settled, t.settled_mean = m.settled, m.settled_mean  # the load seen by the last call goes on counting
         t.other_mean, t.gap, t.next_probe = m.other_mean, m.gap, now + m.probe_in
-        if t.unit != UNIT_TOKEN and m.probing:
-            # a probe goes on where the last call left it: a short call (stories260K's 64 positions are
-            # 5 layers) holds fewer layers than a probe needs, and would otherwise never finish one
+        if t.unit != UNIT_TOKEN and m.probing and m.settled > 1:
+            # a probe of one thread goes on: a short call (stories260K's 64 positions: 5 layers) holds
+            # fewer layers than a probe needs. Not one of the team: beside a busy core a woken worker runs
+            # fast for a while, and a probe made of every call's first layers won (42M's 64: 1.9x)
             t.probing, t.untimed = True, m.untimed
             t.probe_n, t.probe_tokens = m.probe_n, m.probe_tokens
             t.probe_sum, t.probe_cost = m.probe_sum, m.probe_cost
