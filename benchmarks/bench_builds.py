@@ -26,7 +26,7 @@ def bench(python: str, model: Path, threads: int, steps: int, prompt: int, repea
     """One ``pyllama bench --json`` of ``model`` by the pyllama of ``python``: its decode and prompt tok/s."""
     cmd = [python, "-m", "pyllama", "bench", "-c", str(model), "--threads", str(threads), "--repeats", str(repeats)]
     cmd += ["--steps", str(steps), "--prompt-tokens", str(prompt), "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=Path(model).parent)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=model.parent)
     return json.loads(out.stdout)
 
 

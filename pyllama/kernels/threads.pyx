@@ -195,7 +195,7 @@ cdef void _resume(DecodeTeam* t, double now) noexcept nogil:
             t.probing, t.untimed = True, m.untimed
             t.probe_n, t.probe_tokens = m.probe_n, m.probe_tokens
             t.probe_sum, t.probe_cost = m.probe_sum, m.probe_cost
-            t.team = 1 if t.settled > 1 else t.n_threads
+            t.team = 1
             return
     t.team = t.settled
 
