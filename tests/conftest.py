@@ -104,6 +104,27 @@ def gqa_unshared(tmp_path_factory) -> Path:
     )
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """A Dask LocalCluster of two worker processes, one thread each, on loopback; BLAS/OpenMP pinned to one
+    thread (the sweep and leaderboard tests)."""
+    import logging
+
+    distributed = pytest.importorskip("distributed")
+    env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # no fixed port that another cluster may hold
+        silence_logs=logging.ERROR,
+        env=env,
+    ) as c:
+        yield c
+
+
 @pytest.fixture
 def parallel_always():
     """Every kernel and plugin loop runs on a team, however small (pyllama.kernels.threads): the

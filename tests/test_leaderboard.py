@@ -23,24 +23,6 @@ from pyllama.leaderboard.unit import TIMING_COLUMNS
 distributed = pytest.importorskip("distributed")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """Two worker processes, one thread each, on loopback."""
-    import logging
-
-    with distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-        silence_logs=logging.ERROR,
-        env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
-    ) as c:
-        yield c
-
-
 def board(**extra) -> Board:
     values = dict(
         models=[str(shared_file("stories260K.bin"))],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import os
 import signal
 import threading
@@ -26,23 +25,6 @@ distributed = pytest.importorskip("distributed")
 DATA = Path(__file__).parent / "sweep_data"
 PLUGINS = DATA / "plugins.py"
 PROBES = [str(DATA / "probe_a.txt"), str(DATA / "probe_b.txt")]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """Two worker processes, one thread each, on loopback; BLAS/OpenMP pinned to one thread."""
-    env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    with distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},  # no fixed port that another cluster may hold
-        silence_logs=logging.ERROR,
-        env=env,
-    ) as c:
-        yield c
 
 
 def study(**extra) -> dict:

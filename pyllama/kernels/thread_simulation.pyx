@@ -17,11 +17,9 @@ def simulate_blocks(int n_threads, seconds_1, seconds_n, str policy="adaptive", 
     cdef DecodeTeam t
     if len(seconds_1) != len(seconds_n):
         raise ValueError("simulate_blocks: seconds_1 and seconds_n need one time per layer each")
-    previous = set_decode_policy(policy)
-    try:
-        _block_team_start(&t, n_threads, start)
-    finally:
-        set_decode_policy(previous)
+    previous = set_decode_policy(policy)  # the start reads the policy (as a new engine does)
+    _block_team_start(&t, n_threads, start)
+    set_decode_policy(previous)
     if key:
         t.key = <const void*>key
         _resume(&t, start)
@@ -55,10 +53,8 @@ def simulate_decode(int n_threads, seconds_1, seconds_n, str policy="adaptive", 
     if len(seconds_1) != len(seconds_n):
         raise ValueError("simulate_decode: seconds_1 and seconds_n need one time per token each")
     previous = set_decode_policy(policy)
-    try:
-        _decode_start(&t, n_threads, <const void*>key, start)
-    finally:
-        set_decode_policy(previous)
+    _decode_start(&t, n_threads, <const void*>key, start)
+    set_decode_policy(previous)
     return _run_simulated(&t, seconds_1, seconds_n, start, True)
 
 

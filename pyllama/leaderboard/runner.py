@@ -31,7 +31,7 @@ from pyllama.leaderboard.unit import Branch, Unit, run_unit
 from pyllama.model import Model
 from pyllama.outputs import check_outputs
 from pyllama.sweep.cell import one_line
-from pyllama.sweep.cluster import cluster_client, local_size, scheduler_address
+from pyllama.sweep.cluster import cluster_client, drain, local_size, scheduler_address
 from pyllama.sweep.plan import cell_key, file_sha256
 from pyllama.sweep.table import CSV, ROWS, TABLE, RowStore
 
@@ -148,34 +148,18 @@ def _missing(unit: Unit, store: RowStore) -> Unit:
 
 
 def _gather(client, units: list[Unit], threads: int, store: RowStore, progress, on_row) -> None:
-    from distributed import as_completed  # lazy: Dask only when a board runs
-    from tqdm import tqdm
+    def submit(unit: Unit):
+        return client.submit(run_unit, unit, threads, key=f"pyllama-unit-{unit.key}", pure=False, retries=RETRIES)
 
-    by_key = {}
-    futures = []
-    for unit in units:
-        fut = client.submit(run_unit, unit, threads, key=f"pyllama-unit-{unit.key}", pure=False, retries=RETRIES)
-        by_key[fut.key] = unit
-        futures.append(fut)
-    bar = tqdm(
-        total=len(futures), unit="sample", desc="leaderboard", disable=None if progress is None else not progress
-    )
-    try:
-        for fut in as_completed(futures, loop=client.loop):
-            unit = by_key[fut.key]
-            try:
-                rows = fut.result()
-            except Exception as exc:  # the task itself failed for good (e.g. KilledWorker)
-                rows = [
-                    dict(unit.columns(), cell=b.key, method=b.method, ratio=b.ratio, error=one_line(exc))
-                    for b in unit.branches
-                ]
-            for row in rows:
-                store.append(row)
-                if on_row is not None:
-                    on_row(row)
-            bar.update(1)
-            fut.release()
-    finally:
-        bar.close()
-        client.cancel([f for f in futures if not f.done()])
+    def done(unit: Unit, rows, exc) -> None:
+        if exc is not None:  # the task itself failed for good (e.g. KilledWorker): each branch's row says so
+            rows = [
+                dict(unit.columns(), cell=b.key, method=b.method, ratio=b.ratio, error=one_line(exc))
+                for b in unit.branches
+            ]
+        for row in rows:
+            store.append(row)
+            if on_row is not None:
+                on_row(row)
+
+    drain(client, units, submit, done, "sample", progress)

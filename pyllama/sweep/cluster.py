@@ -24,14 +24,16 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from pyllama.errors import InputError
 from pyllama.model import default_threads
 from pyllama.options import THREADS_PER_CPU, check_threads, max_threads, usable_cpus
 from pyllama.sweep.study import plural
 
-__all__ = ["CONNECT_TIMEOUT", "check_address", "check_cluster_threads", "cluster_client", "local_size"]
+__all__ = ["CONNECT_TIMEOUT", "check_address", "check_cluster_threads", "cluster_client", "drain", "local_size"]
 
 CONNECT_TIMEOUT = 5  # seconds: an unreachable scheduler is reported quickly, before any work
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
@@ -166,6 +168,43 @@ def cluster_client(
     finally:
         client.close()
         cluster.close()
+
+
+def drain(
+    client,
+    items: Sequence[Any],
+    submit: Callable[[Any], Any],
+    done: Callable[[Any, Any, BaseException | None], None],
+    what: str,
+    progress: bool | None,
+) -> None:
+    """Run ``submit(item)``'s future for every item on ``client`` and hand each item to ``done(item,
+    result, None)`` as it completes, or ``done(item, None, exc)`` when its task failed for good (e.g.
+    KilledWorker: the row says so), under a ``what`` progress bar. Futures are released as they are
+    used, and an interrupted run cancels the rest, so it leaves no work behind on a cluster."""
+    from distributed import as_completed  # lazy: Dask only when cells run
+    from tqdm import tqdm  # the plain bar: tqdm.auto warns on stderr in a notebook without ipywidgets
+
+    by_key, futures = {}, []
+    for item in items:
+        fut = submit(item)
+        by_key[fut.key] = item
+        futures.append(fut)
+    bar = tqdm(total=len(futures), unit=what, desc=f"{what}s", disable=None if progress is None else not progress)
+    try:
+        for fut in as_completed(futures, loop=client.loop):
+            item = by_key[fut.key]
+            try:
+                result = fut.result()
+            except Exception as exc:
+                done(item, None, exc)
+            else:
+                done(item, result, None)
+            bar.update(1)
+            fut.release()
+    finally:
+        bar.close()
+        client.cancel([f for f in futures if not f.done()])
 
 
 def dask_setup(worker) -> None:

@@ -9,7 +9,14 @@ from pyllama.diff.probes import is_probe_name
 from pyllama.options import check_threads
 from pyllama.outputs import check_outputs
 from pyllama.sweep.cell import run_cell
-from pyllama.sweep.cluster import THREADS_NAME, check_cluster_threads, cluster_client, local_size, scheduler_address
+from pyllama.sweep.cluster import (
+    THREADS_NAME,
+    check_cluster_threads,
+    cluster_client,
+    drain,
+    local_size,
+    scheduler_address,
+)
 from pyllama.sweep.cost import estimate
 from pyllama.sweep.plan import Plan, plan_study
 from pyllama.sweep.study import Study, load_study
@@ -98,33 +105,18 @@ class SweepInterrupted(KeyboardInterrupt):
 
 
 def _gather(client, cells, threads, per_position, retries, store, progress, on_row) -> None:
-    from distributed import as_completed  # lazy: Dask only when a sweep runs
-    from tqdm import tqdm  # the plain bar: tqdm.auto warns on stderr in a notebook without ipywidgets
-
-    by_key = {}
-    futures = []
-    for cell in cells:
-        fut = client.submit(
+    def submit(cell):
+        return client.submit(
             run_cell, cell, threads, per_position, key=f"pyllama-cell-{cell.key}", pure=False, retries=retries
         )
-        by_key[fut.key] = cell
-        futures.append(fut)
-    bar = tqdm(total=len(futures), unit="cell", desc="sweep", disable=None if progress is None else not progress)
-    try:
-        for fut in as_completed(futures, loop=client.loop):
-            cell = by_key[fut.key]
-            try:
-                row, positions = fut.result()
-            except Exception as exc:  # the task itself failed for good (e.g. KilledWorker): the row says so
-                row, positions = cell.error_row(exc), None
-            store.append(row, positions)
-            if on_row is not None:
-                on_row(row)
-            bar.update(1)
-            fut.release()
-    finally:
-        bar.close()
-        client.cancel([f for f in futures if not f.done()])  # an interrupted sweep leaves no work behind
+
+    def done(cell, result, exc) -> None:
+        row, positions = (cell.error_row(exc), None) if exc is not None else result
+        store.append(row, positions)
+        if on_row is not None:
+            on_row(row)
+
+    drain(client, cells, submit, done, "cell", progress)
 
 
 def dry_run(study: Study | dict | str | os.PathLike, threads_per_cell: int = 1, out: str | os.PathLike | None = None):
