@@ -27,6 +27,7 @@ from pyllama.diff import DiffReport, run_diff
 from pyllama.diff.probes import ProbeSource, probe_from_text
 from pyllama.engine import Engine
 from pyllama.errors import InputError, PyllamaError, TokenizerError
+from pyllama.kernels.aligned import zeros_small_pages
 from pyllama.load import open_model
 from pyllama.options import (
     check_compress_at,
@@ -182,7 +183,7 @@ class Model:
             raise InputError(
                 f"logits: {ids.shape[0]} tokens but the attention plugin holds {engine.max_positions} positions"
             )
-        out = np.zeros((ids.shape[0], self.config.vocab_size), dtype=np.float32)
+        out = zeros_small_pages((ids.shape[0], self.config.vocab_size), np.float32)
         engine.forward_block(ids, 0, out)
         return out
 

@@ -31,10 +31,9 @@ LAZY: dict[tuple[str, str], str] = {
     ("pyllama.sweep.runner", "pandas"): "pandas, only for the DataFrame a dry run returns",
     ("pyllama.sweep.table", "pyarrow"): "pyarrow, only when per-position tables are written",
     ("pyllama.sweep.cluster", "distributed"): "Dask, only when a sweep starts a cluster",
-    ("pyllama.sweep.runner", "distributed"): "Dask, only when a sweep runs",
     ("pyllama.hub", "tqdm"): "the progress bar, only when a download runs",
     ("pyllama.diff.harness", "tqdm"): "the progress bar, only for long probes (tqdm.auto probes for IPython)",
-    ("pyllama.sweep.runner", "tqdm"): "the progress bar, only when a sweep runs",
+    ("pyllama.sweep.cluster", "tqdm"): "the progress bar, only when cells run",
     ("pyllama.diff.probes.ruler_text", "wonderwords"): "its word lists (~50 ms to load), only for a RULER task",
     # pyllama.chat imports jinja2 (13-39 ms, a tenth of `import pyllama`), which only a chat needs
     ("pyllama.model", "pyllama.chat"): "jinja2, only when Model.chat renders a template",
@@ -43,8 +42,6 @@ LAZY: dict[tuple[str, str], str] = {
     ("pyllama.cli.chat", "pyllama.chat"): "jinja2, only when `pyllama chat` runs (pyllama.cli loads every command)",
     ("pyllama.leaderboard.report", "pandas"): "pandas, only for a board's table",
     ("pyllama.leaderboard.report", "pyllama.plots.leaderboard"): "matplotlib, only when a board is drawn",
-    ("pyllama.leaderboard.runner", "distributed"): "Dask, only when a board runs",
-    ("pyllama.leaderboard.runner", "tqdm"): "the progress bar, only when a board runs",
     ("pyllama.leaderboard.cli", "pandas"): "pandas, only when --samples-needed reads a table",
     ("pyllama.leaderboard.cli", "pyllama.plots.leaderboard"): "matplotlib, only when --samples-needed draws",
 }
