@@ -107,6 +107,10 @@ cdef class GatherAttention(Attention):
         machine are refused first (pyllama.attention.memory)."""
         return sum(int(a.nbytes) for a in self._owned)
 
+    def owned_spans(self):
+        """(address, bytes) of each buffer ``own`` keeps: where tests read the kernel's account of its pages."""
+        return [(int(a.ctypes.data), int(a.nbytes)) for a in self._owned]
+
     cdef void* own(self, array) except NULL:
         """Keep ``array`` (C-contiguous) for the plugin's lifetime; its data pointer."""
         if not array.flags.c_contiguous:
