@@ -162,4 +162,4 @@ def _gather(client, units: list[Unit], threads: int, store: RowStore, progress, 
             if on_row is not None:
                 on_row(row)
 
-    drain(client, units, submit, done, "sample", progress)
+    drain(client, units, submit, done, "sample", "leaderboard", progress)

@@ -175,12 +175,13 @@ def drain(
     items: Sequence[Any],
     submit: Callable[[Any], Any],
     done: Callable[[Any, Any, BaseException | None], None],
-    what: str,
+    unit: str,
+    desc: str,
     progress: bool | None,
 ) -> None:
     """Run ``submit(item)``'s future for every item on ``client`` and hand each item to ``done(item,
     result, None)`` as it completes, or ``done(item, None, exc)`` when its task failed for good (e.g.
-    KilledWorker: the row says so), under a ``what`` progress bar. Futures are released as they are
+    KilledWorker: the row says so), under a progress bar ``desc`` counting ``unit``s. Futures are released as they are
     used, and an interrupted run cancels the rest, so it leaves no work behind on a cluster."""
     from distributed import as_completed  # lazy: Dask only when cells run
     from tqdm import tqdm  # the plain bar: tqdm.auto warns on stderr in a notebook without ipywidgets
@@ -190,7 +191,7 @@ def drain(
         fut = submit(item)
         by_key[fut.key] = item
         futures.append(fut)
-    bar = tqdm(total=len(futures), unit=what, desc=f"{what}s", disable=None if progress is None else not progress)
+    bar = tqdm(total=len(futures), unit=unit, desc=desc, disable=None if progress is None else not progress)
     try:
         for fut in as_completed(futures, loop=client.loop):
             item = by_key[fut.key]

@@ -116,7 +116,7 @@ def _gather(client, cells, threads, per_position, retries, store, progress, on_r
         if on_row is not None:
             on_row(row)
 
-    drain(client, cells, submit, done, "cell", progress)
+    drain(client, cells, submit, done, "cell", "sweep", progress)
 
 
 def dry_run(study: Study | dict | str | os.PathLike, threads_per_cell: int = 1, out: str | os.PathLike | None = None):
