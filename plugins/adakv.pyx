@@ -114,6 +114,12 @@ cdef class AdaKV(Attention):
     def reset(self):
         self.inner.reset()
 
+    def snapshot(self):
+        return self.inner.snapshot()
+
+    def restore(self, state):
+        self.inner.restore(state)
+
     def memory_bytes(self):
         return self.inner.memory_bytes()
 

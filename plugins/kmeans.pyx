@@ -165,6 +165,12 @@ cdef class KMeans(DenseAttention):
         DenseAttention.reset(self)
         self.last_layer = -1
 
+    def scalar_state(self):
+        return self.last_layer, self.last_pos  # the last step, which selected() and estimated() describe
+
+    def set_scalar_state(self, state):
+        self.last_layer, self.last_pos = state
+
     def memory_bytes(self):
         # the full K/V cache, plus per clustered layer and KV head: centroids (and mean values with
         # estimate), |centroid|^2, sizes, list heads/tails, and an assignment and a link per middle token

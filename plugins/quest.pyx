@@ -138,6 +138,12 @@ cdef class Quest(DenseAttention):
         self.context_end = -1
         self.last_pos = -1
 
+    def scalar_state(self):
+        return self.context_end, self.last_pos, self.last_dense
+
+    def set_scalar_state(self, state):
+        self.context_end, self.last_pos, self.last_dense = state
+
     def compress(self, long long pos):
         """The context ended after ``pos``: from pos + 1 on, the queries select pages (dense_context)."""
         if self.context_end < 0:

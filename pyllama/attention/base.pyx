@@ -68,6 +68,13 @@ local layer's window itself (``sliding``, ``sink``); for any other, the engine r
 with the model's own exact window and hands the plugin the global layers only
 (``pyllama.attention.layers``), as the shared option ``layers=global`` does for every plugin.
 
+**Forking.** ``snapshot()`` returns the plugin's whole state between calls as an object of its own,
+and ``restore(snapshot)`` puts that state back into the same plugin, whatever ran in between: a
+driver that needs two continuations of one prefix (a teacher-forced answer and the greedy one) runs
+the prefix once. The default says it cannot (None), and the driver runs the prefix again. Every
+built-in forks (``GatherAttention`` copies the buffers it owns); the tests check that each
+continuation after ``restore`` has the bits of a run from position 0.
+
 A class declares ``description`` (one line) and ``knobs`` (its spec-string arguments, each a
 constructor keyword). ``pyllama.attention.registry`` checks all of this when a plugin is registered
 or loaded, and names the plugin and the problem when something is missing.
@@ -118,6 +125,14 @@ cdef class Attention:
     def held_positions(self, int layer):
         """For each KV head of ``layer``, the sorted positions held (int64 arrays), or None: not said."""
         return None
+
+    def snapshot(self):
+        """The whole state between calls, for ``restore`` (see Forking), or None: this plugin cannot fork."""
+        return None
+
+    def restore(self, state):
+        """Put back the state ``snapshot()`` returned: the next call continues from there."""
+        raise NotImplementedError(f"{type(self).__name__} does not fork: its snapshot() is None")
 
     def attend(self, int layer, long long pos, q, k, v, out):
         """Attention of one position in one layer (numpy float32 arrays; see the module docstring).

@@ -101,6 +101,26 @@ cdef class GatherAttention(Attention):
                                     "(positions are fed in order from 0; reset() starts a new sequence)")
         return 0
 
+    def snapshot(self):
+        """Copies of every buffer ``own`` keeps (the scratch too: one rule, no list to keep in step)
+        and the subclass's ``scalar_state()``: a built-in's whole state between calls."""
+        return [a.copy() for a in self._owned], self.scalar_state()
+
+    def restore(self, state):
+        arrays, scalars = state
+        if len(arrays) != len(self._owned) or any(a.shape != b.shape for a, b in zip(arrays, self._owned)):
+            raise ValueError(f"{type(self).name}: this snapshot was taken of another plugin's buffers")
+        for mine, saved in zip(self._owned, arrays):
+            np.copyto(mine, saved)  # in place: pointers into the buffers stay valid
+        self.set_scalar_state(scalars)
+
+    def scalar_state(self):
+        """What a subclass keeps between calls outside its buffers (``snapshot``): nothing here."""
+        return ()
+
+    def set_scalar_state(self, state):
+        pass
+
     def owned_bytes(self):
         """Bytes of every buffer allocated in ``init`` (the row tables and the plugin's own): what
         ``planned_bytes(config)`` predicts before allocating, so that knob values too large for the

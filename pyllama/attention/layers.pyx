@@ -94,6 +94,14 @@ cdef class LayerSplit(Attention):
         self.inner.reset()
         self.local.reset()
 
+    def snapshot(self):
+        inner = self.inner.snapshot()
+        return None if inner is None else (inner, self.local.snapshot())
+
+    def restore(self, state):
+        self.inner.restore(state[0])
+        self.local.restore(state[1])
+
     def memory_bytes(self):
         return int(self.inner.memory_bytes()) + int(self.local.memory_bytes())
 

@@ -12,7 +12,9 @@ is that the bits that follow are those of the run from position 0; the tests che
 whole runs.
 
 A start is entered again for each run that needs the state at T (the teacher-forced answer, then
-the greedy answer): a plugin cannot be rewound, so every branch from T begins from the start.
+the greedy answer). A plugin cannot be rewound, but one that forks (``snapshot()``, see the attention
+contract) can be put back: the teacher-forced run snapshots it where the answer begins (``fork``),
+and the greedy answer is decoded from there (``Forked``) instead of running the prompt again.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from pyllama.diff.probes import Segment
     from pyllama.engine import Engine
 
-__all__ = ["KeptRows", "SequenceStart", "decode_answer", "greedy_decode", "run_prompt", "teacher_force_rows"]
+__all__ = ["Forked", "KeptRows", "SequenceStart", "decode_answer", "greedy_decode", "run_prompt", "teacher_force_rows"]
 
 
 class SequenceStart(Protocol):
@@ -38,6 +40,20 @@ class SequenceStart(Protocol):
     position: int
 
     def enter(self, engine: Engine) -> None: ...
+
+
+class Forked:
+    """The state a teacher-forced run snapshotted after position ``position`` - 1 (and its event, if
+    there), with that position's ``logits``: entering restores the plugin, and a run that starts
+    with nothing left to run (a greedy decoding) takes ``logits`` as its prompt's last."""
+
+    def __init__(self, state: object, position: int, logits: np.ndarray) -> None:
+        self.state = state
+        self.position = position
+        self.logits = logits
+
+    def enter(self, engine: Engine) -> None:
+        engine.attention.restore(self.state)
 
 
 def _begin(engine: Engine, start: SequenceStart | None) -> int:
@@ -55,6 +71,11 @@ def run_prompt(engine: Engine, tokens: np.ndarray, event: int = -1, start: Seque
     first = begun = _begin(engine, start)
     n = len(tokens)
     logits = engine.logits_view
+    if first == n:  # the start is the prompt's end: its own last logits, or none to decode from
+        last: np.ndarray | None = getattr(start, "logits", None)
+        if last is None:
+            raise ValueError(f"run_prompt: the start is at the prompt's end ({n}) and keeps no logits to go on from")
+        return last
     if first <= event < n - 1:  # the pass ends at the event, compress, then the rest
         logits = engine.forward_block(np.ascontiguousarray(tokens[first : event + 1], dtype=np.int32), first)
         engine.compress(event)
@@ -103,13 +124,17 @@ def decode_answer(engine: Engine, seg: Segment, event: int = -1, start: Sequence
 class KeptRows:
     """What a teacher-forced run keeps: the final hidden states of the chosen rows ``hidden``
     [rows, dim], the ledger right after the compression event (``event_bytes``; -1: no event ran)
-    and at the last position (``last_bytes``), and the positions the engine ran."""
+    and at the last position (``last_bytes``), the positions the engine ran, and the plugin's
+    ``snapshot()`` after the position asked for (None: not asked, or the plugin does not fork)."""
 
-    def __init__(self, hidden: np.ndarray, event_bytes: int, last_bytes: int, positions: int) -> None:
+    def __init__(
+        self, hidden: np.ndarray, event_bytes: int, last_bytes: int, positions: int, snapshot: object = None
+    ) -> None:
         self.hidden = hidden
         self.event_bytes = event_bytes
         self.last_bytes = last_bytes
         self.positions = positions
+        self.snapshot = snapshot
 
 
 def teacher_force_rows(
@@ -120,16 +145,19 @@ def teacher_force_rows(
     event: int = -1,
     start: SequenceStart | None = None,
     block: int = 64,
+    fork: int = -1,
 ) -> KeptRows:
     """Teacher-force ``seg`` (from position 0, or from ``start``) in blocks of at most ``block``
     positions, the block ending at the event after position ``event``, and keep the final hidden
     state of each position in ``rows`` (ascending; all at or after the first position run). The
-    classifier is not applied: the caller classifies the rows it kept."""
+    classifier is not applied: the caller classifies the rows it kept. ``fork``: a block also ends
+    after that position, where the plugin's ``snapshot()`` is taken (after the event, if there)."""
     config = engine.config
     hidden = np.zeros((block, config.dim), dtype=np.float32)
     kept = np.zeros((rows.size, config.dim), dtype=np.float32)
     capture = DiffCapture(engine.attention, config, hidden=hidden, label=label)
     event_bytes = -1
+    snapshot = None
     first = _begin(engine, start)
     if start is not None:
         event_bytes = capture.memory_bytes()  # what the start left: the ledger after its event
@@ -142,15 +170,19 @@ def teacher_force_rows(
             c1 = min(n, c0 + block)
             if c0 <= event < c1:
                 c1 = event + 1  # the block ends at the compression event
+            if c0 <= fork < c1:
+                c1 = fork + 1  # and where the run forks
             capture.begin(c0)
             engine.forward_block(np.ascontiguousarray(seg.tokens[c0:c1], dtype=np.int32), c0, classify=False)
             if c1 - 1 == event:
                 engine.compress(event)
                 event_bytes = capture.memory_bytes()
+            if c1 - 1 == fork:
+                snapshot = engine.attention.snapshot()
             inside = (rows >= c0) & (rows < c1)
             kept[inside] = hidden[rows[inside] - c0]
             c0 = c1
         last_bytes = capture.memory_bytes()
     finally:
         engine.set_observer(None)
-    return KeptRows(kept, event_bytes, last_bytes, len(seg) - first)
+    return KeptRows(kept, event_bytes, last_bytes, len(seg) - first, snapshot)

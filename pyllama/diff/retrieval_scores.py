@@ -42,7 +42,7 @@ from pyllama.attention.registry import create_plugin, resolve_attention
 from pyllama.diff import metrics
 from pyllama.diff._block import classify_block
 from pyllama.diff._metrics import RowSoftmax
-from pyllama.diff.branch import SequenceStart, decode_answer, greedy_decode, teacher_force_rows
+from pyllama.diff.branch import Forked, SequenceStart, decode_answer, greedy_decode, teacher_force_rows
 from pyllama.diff.probes import Probe, ProbeSource, Segment, Target, load_probe
 from pyllama.diff.probes.ruler_metrics import match_all, match_part, postprocess, string_match_all, string_match_part
 from pyllama.engine import Engine
@@ -315,10 +315,12 @@ def score_sequence(
     """Score the retrieval sequence ``seg`` on ``engine``'s plugin: teacher-forced from position 0
     (or from ``start``: :mod:`pyllama.diff.branch`), the compression event after position ``event``
     (-1: none), only the rows predicting the answer classified; ``greedy``: decode the answer for
-    real where the teacher-forced chain leaves it (from position 0 again, or from ``start``)."""
+    real where the teacher-forced chain leaves it: from the plugin's snapshot where the answer
+    begins (a plugin that forks), else from position 0 again, or from ``start``."""
     t = _target(seg)
     scored = np.arange(t.start - 1, t.start + t.length - 1)  # the rows predicting the scored tokens
-    kept = teacher_force_rows(engine, seg, scored, label, event, start, block)
+    fork = t.prompt - 1 if greedy and t.prompt == t.start else -1  # the first scored row: its logits go on
+    kept = teacher_force_rows(engine, seg, scored, label, event, start, block, fork)
     n_threads = engine.n_threads
     config = engine.config
     logits = np.zeros((scored.size, config.vocab_size), dtype=np.float32)
@@ -330,6 +332,8 @@ def score_sequence(
     softmax.teacher(logits, nxt, lp, ranks)
 
     def decode() -> list[int]:
+        if kept.snapshot is not None:
+            return decode_answer(engine, seg, event, Forked(kept.snapshot, t.prompt, logits[0]))
         return decode_answer(engine, seg, event, start)
 
     score = key_score(seg, lp, ranks, softmax.top1, decode if greedy else None, tokenizer)

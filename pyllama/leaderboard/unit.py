@@ -7,9 +7,10 @@ is after the context's last position, before the question), then scores each bra
 one-plugin scorer (``pyllama.diff.retrieval_scores.score_sequence``) from the start its plugin takes
 (``starts.py``): ``causal`` continues the engine that ran the context, the event methods build their
 state from the record (``start_from``) or replay their attention over it, and each then runs only
-the question and the answer (and, where its teacher-forced chain leaves the answer, the question
-again from the start and the greedy decoding). A method that evicts from position 0 runs whole
-(twice where its greedy answer must be decoded). A branch's own failure is its row's ``error``.
+the question and the answer. Where its teacher-forced chain leaves the answer, the greedy answer
+is decoded from the plugin's snapshot where the answer begins (every built-in forks: the attention
+contract's ``snapshot``), so nothing runs twice. A method that evicts from position 0 runs whole,
+once. A branch's own failure is its row's ``error``.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def _run_branch(model, seg, record: ContextRecord, causal: Engine, branch: Branc
         start: SequenceStart | None
         if branch.method == CEILING:
             engine, way = causal, "context"
-            start = Prefilled(causal, ReplayAttention(record))  # its greedy decoding replays the context
+            start = Prefilled(causal, ReplayAttention(record))  # entered again only by a plugin that cannot fork
         else:
             plugin = create_plugin(spec)
             with plugin_calls(spec, "init"):
