@@ -18,9 +18,11 @@ same thread count:
   fraction of it.
 
 The two engines take turns, one run each, ``--repeats`` times per file and test, and each reports
-its best run: on a shared machine the fastest run is the one least disturbed by other processes,
-and taking turns gives both engines the same quiet moments. Results are ratios measured in the same
-run.
+its best run (``--statistic median``: the median): on a shared machine the fastest run is the one
+least disturbed by other processes, and taking turns gives both engines the same quiet moments.
+``--fa0-beside`` times llama-bench in every round also with ``-fa 0`` (newer builds attend with
+flash attention by default, another arithmetic than pyllama's). Results are ratios measured in the
+same run.
 
     python benchmarks/bench_gguf.py --llama-bench PATH/llama-bench --llama-quantize PATH/llama-quantize \\
         --threads 2 --repeats 5 --prompt --stream-limit --gguf SmolLM2-135M-Instruct.Q4_1.gguf
@@ -37,6 +39,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -111,20 +114,25 @@ def measure(label: str, qtype: str, path: Path, args: argparse.Namespace) -> dic
     pyllama_tok_s(model, min(args.tokens, 16), args.threads)  # warm-up
     n_prompt = 256 if model.config.seq_len <= 256 else 512
     row: dict = {"model": label, "type": qtype.upper(), "mib": path.stat().st_size / 2**20, "n_prompt": n_prompt}
-    best = {"tg": 0.0, "tg_llama": 0.0, "pp": 0.0, "pp_llama": 0.0}
+    flash = [("", tuple(args.llama_bench_args))]  # llama-bench's settings: its own, and -fa 0 beside it
+    if args.fa0_beside:
+        flash.append(("_fa0", (*args.llama_bench_args, "-fa", "0")))
+    runs: dict[str, list[float]] = {}
+    prompt = args.prompt and qtype.lower() in args.prompt_types.split(",")
     for _ in range(args.repeats):  # turns: one run of each engine per round
-        best["tg"] = max(best["tg"], pyllama_tok_s(model, args.tokens, args.threads))
-        if args.llama_bench:
-            rec = llama_bench(args.llama_bench, path, 0, args.tokens, args.threads, args.llama_bench_args)
-            best["tg_llama"] = max(best["tg_llama"], rec["avg_ts"])
+        runs.setdefault("tg", []).append(pyllama_tok_s(model, args.tokens, args.threads))
+        for suffix, extra in flash if args.llama_bench else ():
+            rec = llama_bench(args.llama_bench, path, 0, args.tokens, args.threads, extra)
+            runs.setdefault("tg_llama" + suffix, []).append(rec["avg_ts"])
             row["build"] = build_line(rec)
-        if args.prompt and qtype.lower() in args.prompt_types.split(","):
-            best["pp"] = max(best["pp"], max(_prompt_runs(model, "causal", n_prompt, 1)[0]))
-            if args.llama_bench:
-                rec = llama_bench(args.llama_bench, path, n_prompt, 0, args.threads, args.llama_bench_args)
-                best["pp_llama"] = max(best["pp_llama"], rec["avg_ts"])
-                row["flash_attn"] = rec.get("flash_attn")
-    row.update({k: v or None for k, v in best.items()})
+        if prompt:
+            runs.setdefault("pp", []).append(max(_prompt_runs(model, "causal", n_prompt, 1)[0]))
+            for suffix, extra in flash if args.llama_bench else ():
+                rec = llama_bench(args.llama_bench, path, n_prompt, 0, args.threads, extra)
+                runs.setdefault("pp_llama" + suffix, []).append(rec["avg_ts"])
+                row["flash_attn" + suffix] = rec.get("flash_attn")
+    reduce = max if args.statistic == "best" else statistics.median
+    row.update({k: reduce(v) for k, v in runs.items()})
     if args.stream_limit and qtype == "f32":
         with threadpool_limits(args.threads):
             row["stream_limit_tok_s"], row["stream_gb_s"] = streaming_limit(model)
@@ -143,27 +151,29 @@ def fmt(x: float | None) -> str:
 def print_tables(rows: list[dict], args: argparse.Namespace) -> None:
     builds = sorted({r["build"] for r in rows if r.get("build")})
     print(
-        f"\n{args.threads} threads, best of {args.repeats}, the engines taking turns; llama-bench {', '.join(builds)}"
+        f"\n{args.threads} threads, {args.statistic} of {args.repeats}, the engines taking turns; "
+        f"llama-bench {', '.join(builds)}"
     )
-    print(f"\ndecode tok/s ({args.tokens} tokens)\n")
-    print("| model | type | MiB | pyllama tok/s | llama.cpp tok/s | pyllama / llama.cpp |")
-    print("| --- | --- | ---: | ---: | ---: | ---: |")
-    for r in rows:
-        print(
-            f"| {r['model']} | {r['type']} | {r['mib']:.1f} | {fmt(r['tg'])} | {fmt(r['tg_llama'])} | "
-            f"{ratio(r['tg'], r['tg_llama'])} |"
-        )
-    if args.prompt:
+    for test, title in (("tg", f"decode tok/s ({args.tokens} tokens)"), ("pp", "prompt processing tok/s")):
+        if test == "pp" and not args.prompt:
+            continue
         fa = sorted({str(r.get("flash_attn")) for r in rows if r.get("flash_attn") is not None})
-        extra = " ".join(["", *args.llama_bench_args])
-        print(f"\nprompt processing tok/s (llama-bench -p N -n 0{extra}; its flash_attn: {', '.join(fa) or '-'})\n")
-        print("| model | type | N | pyllama tok/s | llama.cpp tok/s | pyllama / llama.cpp | pyllama prompt / decode |")
-        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+        setting = " ".join(args.llama_bench_args) or "as built"
+        print(f"\n{title}; llama-bench {setting} (flash_attn: {', '.join(fa) or '-'})")
+        beside = " | llama.cpp -fa 0 | pyllama / -fa 0" if args.fa0_beside else ""
+        print(f"\n| model | type | MiB | N | pyllama tok/s | llama.cpp tok/s | pyllama / llama.cpp{beside} |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if beside else ""))
         for r in rows:
-            print(
-                f"| {r['model']} | {r['type']} | {r['n_prompt']} | {fmt(r['pp'])} | {fmt(r['pp_llama'])} | "
-                f"{ratio(r['pp'], r['pp_llama'])} | {ratio(r['pp'], r['tg'])} |"
-            )
+            if not r.get(test):
+                continue
+            n = r["n_prompt"] if test == "pp" else args.tokens
+            peer = r.get(test + "_llama")
+            line = f"| {r['model']} | {r['type']} | {r['mib']:.1f} | {n} | {fmt(r[test])} | {fmt(peer)} | "
+            line += f"{ratio(r[test], peer)} |"
+            if beside:
+                fa0 = r.get(test + "_llama_fa0")
+                line += f" {fmt(fa0)} | {ratio(r[test], fa0)} |"
+            print(line)
     limited = [r for r in rows if r.get("stream_limit_tok_s")]
     if limited:
         print("\nF32 decode against the streaming limit (numpy OpenBLAS W @ x over the same matrices)\n")
@@ -195,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--types", default=",".join(CONVERTED + QUANTIZED), help="comma-separated storage types")
     ap.add_argument("--gguf", type=Path, action="append", default=[], help="another GGUF file to time (repeatable)")
     ap.add_argument("--tokens", type=int, default=128, help="tokens to decode per run (llama-bench -n)")
-    ap.add_argument("--repeats", type=int, default=5, help="runs per engine and file (the best counts)")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per engine and file, taking turns")
+    ap.add_argument(
+        "--statistic", choices=("best", "median"), default="best", help="what of the runs counts (default: best)"
+    )
+    ap.add_argument("--fa0-beside", action="store_true", help="also time llama-bench with -fa 0 in every round")
     ap.add_argument("--prompt", action="store_true", help="also time prompt processing (pp256 / pp512)")
     ap.add_argument("--prompt-types", default="f32,q8_0", help="the storage types --prompt times")
     ap.add_argument("--stream-limit", action="store_true", help="F32 files: decode as a fraction of the BLAS limit")

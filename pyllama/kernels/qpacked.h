@@ -277,7 +277,7 @@ static inline uint32_t pv_dot2(uint32_t acc, uint32_t a, uint32_t b) {
     }
 
 /* the same for a type whose packed copy serves blocks of positions only: its single-vector product (decode)
-   reads the file's layout, where its tile of one position was measured slower (Q5_K, Q6_K). Both give the
+   reads the file's layout, where its tile of one position was measured slower (Q6_K). Both give the
    same bits. */
 #define PYLLAMA_PACKED_BLOCKS_OR_MAPPED(name)                                                                   \
     static ptrdiff_t pyllama_units_##name(const pyllama_matrix* m, ptrdiff_t n_pos) {                           \
