@@ -3,13 +3,13 @@
 Before a task is said to be beyond a model (its ``causal`` score is 0), the same prompt goes through
 llama.cpp's own greedy decoding: if llama.cpp answers it, the fault is pyllama's. For each task
 (``--tasks``, default RULER's 11) at ``--length`` tokens and ``--seed``: the probe's prompt (context,
-question, answer prefix, through the model's chat template) is decoded greedily by pyllama
-(``Model.generate``, causal) and by ``llama-completion`` (``--temp 0``, flash attention off: pyllama's
-arithmetic is llama.cpp's without it) from a text that llama.cpp
-tokenizes back into the same ids, which is checked from its ``--verbose-prompt`` listing. Both answers
-are scored by RULER's ``string_match_all``. Printed: one line per task, both scores, how many of
-pyllama's answer tokens llama.cpp's answer agrees with, and pyllama's top-2 margin (nats) at the
-first token where they part.
+question, answer prefix, through the model's chat template) is decoded greedily by pyllama (causal,
+the engine's own passes, keeping each token's top-2 margin) and by ``llama-completion`` (``--temp
+0``, flash attention off: pyllama's arithmetic is llama.cpp's without it) from a text that llama.cpp
+tokenizes back into the same ids, which is checked from its ``--verbose-prompt`` listing. Both
+answers are scored by RULER's ``string_match_all``. Printed: one line per task, both scores, how
+many of pyllama's answer tokens llama.cpp's answer agrees with, and pyllama's top-2 margin (nats) at
+the first token where they part.
 
     python benchmarks/check_llamacpp_answers.py --model SmolLM2-135M-Instruct.Q4_1.gguf \\
         --llama-completion PATH/llama-completion --length 4096
@@ -105,8 +105,9 @@ def main() -> None:
                                       args.threads, args.llama_args)  # fmt: skip
         text = tok.decode([prompt[-1], *ours])  # as the leaderboard reads the answer (key_score)
         score = [100.0 * match_all(postprocess(a), t.answers) for a in (text, theirs)]
-        parts = next((i for i in range(len(ours)) if tok.decode([prompt[-1], *ours[: i + 1]]) != theirs[: len(
-            tok.decode([prompt[-1], *ours[: i + 1]]))]), None)  # fmt: skip
+        # the first of pyllama's answer tokens whose text llama.cpp's answer does not continue with
+        parts = next((i for i in range(len(ours)) if not theirs.startswith(tok.decode([prompt[-1], *ours[: i + 1]]))),
+                     None)  # fmt: skip
         agree = f"{len(ours)} / {len(ours)}" if parts is None else f"{parts} / {len(ours)}"
         margin = "-" if parts is None else f"{margins[parts]:.3f}"
         print(f"{task:<17}{score[0]:>9.1f}{score[1]:>11.1f}  {str(ids == prompt):<12} {agree:<23} {margin}")

@@ -161,8 +161,8 @@ def test_the_record_holds_causal_s_rows_and_is_the_size_it_says(stories, sample,
 
 
 def test_the_prefilled_causal_branch_is_causal_from_position_0_twice(stories, sample):
-    """The engine that ran the context serves causal's first branch as it is, and its second (the
-    greedy answer) through the replay: both are causal's run from position 0."""
+    """The engine that ran the context serves causal's first branch as it is (the teacher-forced
+    answer), and the greedy answer comes from its snapshot: both are causal's run from position 0."""
     seg, record, _ = sample
     causal = stories.engine("causal", threads=1)
     fresh = ContextRecord.run(causal, seg.tokens[: record.positions])

@@ -65,24 +65,27 @@ def _state(engine, model) -> tuple:
     return engine.attention.memory_bytes(), [None if h is None else [a.tolist() for a in h] for h in held]
 
 
-def _fork_against_whole(model, spec: str, prefix: np.ndarray, other: np.ndarray, tail: np.ndarray, fork: int) -> None:
+def _fork_against_whole(
+    model, spec: str, prefix: np.ndarray, other: np.ndarray, tail: np.ndarray, fork: int, event: int = EVENT
+) -> None:
     """Snapshot after position ``fork`` - 1, run ``other`` onwards (its event 17 positions early),
-    restore, run ``tail`` onwards: the bits of ``prefix[:fork]`` + ``tail`` from position 0."""
+    restore, run ``tail`` onwards: the bits of ``prefix[:fork]`` + ``tail`` from position 0, the
+    context's last position ``event``."""
     engine = model.engine(spec, threads=1)
-    _run(engine, prefix[:fork], 0, EVENT)
+    _run(engine, prefix[:fork], 0, event)
     snapshot = engine.attention.snapshot()
     assert snapshot is not None, f"{spec} does not fork"
-    _run(engine, other, fork, EVENT - 17)  # a detour with its event elsewhere
+    _run(engine, other, fork, event - 17)  # a detour with its event elsewhere
     engine.attention.restore(snapshot)
-    forked = _run(engine, tail, fork, EVENT)
+    forked = _run(engine, tail, fork, event)
     fresh = model.engine(spec, threads=1)
-    _run(fresh, prefix[:fork], 0, EVENT)
-    whole = _run(fresh, tail, fork, EVENT)
+    _run(fresh, prefix[:fork], 0, event)
+    whole = _run(fresh, tail, fork, event)
     np.testing.assert_array_equal(forked, whole, err_msg=spec)
     assert _state(engine, model) == _state(fresh, model), spec
     diverted = model.engine(spec, threads=1)
-    _run(diverted, prefix[:fork], 0, EVENT)
-    assert not np.array_equal(_run(diverted, other, fork, EVENT)[-1], whole[-1])  # the detour was another run
+    _run(diverted, prefix[:fork], 0, event)
+    assert not np.array_equal(_run(diverted, other, fork, event)[-1], whole[-1])  # the detour was another run
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -115,12 +118,8 @@ def test_gemma3_forks_its_local_window_and_its_global_layers():
     model = Model.load(gemma3_file(), threads=1)
     prefix = _tokens(model, 600, 3)
     other = _tokens(model, 24, 4)
-    global EVENT
-    saved, EVENT = EVENT, 540  # past the local layers' window: their ring has wrapped
-    try:
-        _fork_against_whole(model, "h2o:ratio=0.5", prefix, other, prefix[576:], 576)
-    finally:
-        EVENT = saved
+    # the context ends at 540, past the local layers' window: their ring has wrapped
+    _fork_against_whole(model, "h2o:ratio=0.5", prefix, other, prefix[576:], 576, event=540)
 
 
 STORIES_PROBE = "ruler:task=niah_single_1,length=400,seed=3"
