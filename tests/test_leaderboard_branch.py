@@ -22,7 +22,7 @@ from conftest import gemma3_file, shared_file
 from numpy_reference import NumpyLlama
 
 from pyllama.attention.registry import create_plugin, plugin_infos, register
-from pyllama.diff.branch import decode_answer, teacher_force_rows
+from pyllama.diff.branch import answer_positions, decode_answer, teacher_force_rows
 from pyllama.diff.probes import load_probe
 from pyllama.diff.probes.ruler_metrics import postprocess
 from pyllama.diff.retrieval_scores import score_sequence
@@ -30,7 +30,7 @@ from pyllama.leaderboard.board import DEFAULT_RATIOS
 from pyllama.leaderboard.methods import method_spec
 from pyllama.leaderboard.record import ContextRecord, record_bytes
 from pyllama.leaderboard.starts import FromRecord, Prefilled, ReplayAttention, branch_way
-from pyllama.leaderboard.unit import Branch, Unit, run_unit
+from pyllama.leaderboard.unit import Branch, Unit, run_unit, sized_plugin
 from pyllama.model import Model
 from pyllama.plugins.knorm import KNorm
 from pyllama.sweep.plan import file_sha256
@@ -174,28 +174,59 @@ def test_the_prefilled_causal_branch_is_causal_from_position_0_twice(stories, sa
     assert start.engine is None  # used up by the first run
 
 
-def test_a_unit_s_rows_are_the_scores_of_each_method_run_from_position_0(stories, sample, stories260k, tok512):
-    """run_unit (the context once, every branch from it) against score_sequence of each spec from position 0."""
-    seg, record, _ = sample
+@pytest.mark.parametrize(
+    "length, methods, ways",
+    [
+        (
+            400,
+            [("snapkv", 0.5), ("expected", 0.9), ("sink", 0.5), ("sliding", 0.9)],
+            ["record", "record", "whole", "whole"],
+        ),
+        # its greedy answer runs 120 tokens past the sequence's end: the unit's plugins must hold them
+        (300, [("h2o", 0.5), ("snapkv", 0.75)], ["whole", "record"]),
+    ],
+)
+def test_a_unit_s_rows_are_the_scores_of_each_method_run_from_position_0(
+    stories, stories260k, tok512, length, methods, ways
+):
+    """run_unit (the context once, every branch from it, its plugins sized to the sample) against
+    score_sequence of each spec from position 0 (plugins sized to the model's context)."""
+    (seg,) = load_probe(f"ruler:task=niah_single_1,length={length},seed=3", stories.tokenizer, 512).segments
+    context = seg.context_end + 1
     path = str(stories260k.resolve())
-    methods = [("snapkv", 0.5), ("expected", 0.9), ("sink", 0.5), ("sliding", 0.9)]
     branches = tuple(Branch(f"k{i}", m, r) for i, (m, r) in enumerate([("causal", 0.0), *methods]))
-    unit = Unit("u", path, file_sha256(path), str(tok512.resolve()), "niah_single_1", 400, 3, branches)
+    unit = Unit("u", path, file_sha256(path), str(tok512.resolve()), "niah_single_1", length, 3, branches)
     rows = {r["method"]: r for r in run_unit(unit, threads=1)}
-    ways = [rows[m]["way"] for m in ("causal", "snapkv", "expected", "sink", "sliding")]
-    assert ways == ["context", "record", "record", "whole", "whole"]
+    assert [rows[m]["way"] for m, _ in [("causal", 0), *methods]] == ["context", *ways]
     for method, ratio in [("causal", 0.0), *methods]:
         row = rows[method]
         assert row["error"] is None, row["error"]
-        spec = method_spec(method, ratio, record.positions)
+        spec = method_spec(method, ratio, context)
         engine = stories.engine(spec, threads=1)
-        whole = score_sequence(engine, seg, stories.tokenizer, spec, record.positions - 1)
+        whole = score_sequence(engine, seg, stories.tokenizer, spec, context - 1)
         s = whole.score
         assert row["spec"] == spec
         assert (row["logp"], row["max_rank"], row["greedy"]) == (s.logp, s.max_rank, s.greedy), method
         assert row["score"] == 100.0 * s.match_all and row["event_bytes"] == whole.event_bytes
-        assert row["bytes_removed"] == 1 - whole.event_bytes / record.causal_bytes
-        assert row["context"] == record.positions and row["causal_bytes"] == record.causal_bytes
+        assert row["bytes_removed"] == 1 - whole.event_bytes / row["causal_bytes"]
+        assert row["context"] == context
+    if length == 300:
+        greedy = decode_answer(stories.engine("causal", threads=1), seg)
+        assert seg.target.prompt + len(greedy) > len(seg) + 100
+        assert answer_positions(seg) == seg.target.prompt + len(greedy)
+
+
+def test_a_unit_sizes_its_plugins_to_the_sample(stories):
+    """The unit's plugins hold the sample's positions, not the model's 512 (the test above: the same
+    bits as plugins sized to the context); a plugin without the ``positions`` knob is built as given."""
+    for spec in ("causal", "h2o:ratio=0.5", "quest:capacity=64"):
+        sized = stories.engine(sized_plugin(spec, 400), threads=1)
+        assert sized.max_positions == 400, spec
+        assert sized.attention.planned_bytes(stories.config) < stories.engine(spec, threads=1).attention.planned_bytes(
+            stories.config
+        ), spec
+    sink = stories.engine(sized_plugin("sink:4,60", 400), threads=1)
+    assert sink.max_positions == stories.engine("sink:4,60", threads=1).max_positions
 
 
 def test_a_diff_decodes_its_greedy_answer_with_the_compression_event(stories):

@@ -29,7 +29,16 @@ if TYPE_CHECKING:
     from pyllama.diff.probes import Segment
     from pyllama.engine import Engine
 
-__all__ = ["Forked", "KeptRows", "SequenceStart", "decode_answer", "greedy_decode", "run_prompt", "teacher_force_rows"]
+__all__ = [
+    "Forked",
+    "KeptRows",
+    "SequenceStart",
+    "answer_positions",
+    "decode_answer",
+    "greedy_decode",
+    "run_prompt",
+    "teacher_force_rows",
+]
 
 
 class SequenceStart(Protocol):
@@ -110,6 +119,16 @@ def greedy_decode(
         logits = engine.forward(token, pos)
         pos += 1
     return out
+
+
+def answer_positions(seg: Segment) -> int:
+    """The positions a retrieval sequence's runs occupy: the teacher-forced sequence, and its prompt
+    followed by the greedy answer (``decode_answer``: up to ``generate`` tokens, which may run past
+    the sequence's end). A plugin sized to this holds every position either run reaches."""
+    t = seg.target
+    if t is None:
+        raise ValueError(f"sequence {seg.name} is not a retrieval sequence: it has no target to score")
+    return max(len(seg), t.prompt + (t.generate or t.length))
 
 
 def decode_answer(engine: Engine, seg: Segment, event: int = -1, start: SequenceStart | None = None) -> list[int]:

@@ -18,12 +18,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pyllama.attention.base import Attention
 from pyllama.attention.guard import plugin_calls, plugin_label
-from pyllama.attention.registry import create_plugin
-from pyllama.diff.branch import SequenceStart
+from pyllama.attention.registry import create_plugin, plugin_knobs, resolve_spec
+from pyllama.attention.spec import format_spec
+from pyllama.diff.branch import SequenceStart, answer_positions
 from pyllama.diff.probes import load_probe
 from pyllama.diff.probes.ruler_tasks import TASKS
 from pyllama.diff.retrieval_scores import score_sequence
@@ -89,7 +91,8 @@ def run_unit(unit: Unit, threads: int = 1) -> list[dict[str, Any]]:
             model = worker_model(unit.model, unit.tokenizer)
             (seg,) = load_probe(unit.probe, model.tokenizer, model.config.seq_len).segments
             context = seg.context_end + 1  # the context's positions; the event comes after the last
-            causal = Engine(model.config, model.weights, create_plugin(CEILING), threads)
+            positions = min(answer_positions(seg), model.config.seq_len)
+            causal = Engine(model.config, model.weights, sized_plugin(CEILING, positions), threads)
             record = ContextRecord.run(causal, seg.tokens[:context])
     except Exception as exc:  # the sample itself failed: every row of the unit says why
         return [dict(base, cell=b.key, method=b.method, ratio=b.ratio, error=one_line(exc)) for b in unit.branches]
@@ -108,11 +111,27 @@ def run_unit(unit: Unit, threads: int = 1) -> list[dict[str, Any]]:
     rows = []
     for branch in sorted(unit.branches, key=lambda b: b.method != CEILING):
         with pinned_threads(threads):
-            rows.append(_run_branch(model, seg, record, causal, branch, dict(base), threads))
+            rows.append(_run_branch(model, seg, record, causal, branch, dict(base), threads, positions))
     return rows
 
 
-def _run_branch(model, seg, record: ContextRecord, causal: Engine, branch: Branch, row: dict, threads: int) -> dict:
+def sized_plugin(spec: str, positions: int) -> Attention:
+    """``spec``'s plugin, its buffers sized to ``positions`` where it has the ``positions`` knob at its
+    default (0: the model's trained context). The unit passes the positions its sample's runs reach
+    (``answer_positions``, at most the context), so the size changes no bit, only the memory a branch
+    touches and its snapshot copies: Gemma 3's 32,768-position context made a ``causal`` snapshot
+    1.2 GB, where a 4,096-token sample needs about 150 MB. The row's ``spec`` stays the method's."""
+    resolved = resolve_spec(spec)
+    if resolved.values.get("positions") != 0:
+        return create_plugin(resolved)
+    values = {**resolved.values, "positions": positions}
+    canonical = format_spec(resolved.name, plugin_knobs(resolved.cls), values, resolved.shared)
+    return create_plugin(replace(resolved, values=values, canonical=canonical))
+
+
+def _run_branch(
+    model, seg, record: ContextRecord, causal: Engine, branch: Branch, row: dict, threads: int, positions: int
+) -> dict:
     """One branch's row: its spec, how it started, its ledger after the event, its scores, its cost."""
     t0, c0 = time.perf_counter(), time.process_time()
     row.update(cell=branch.key, method=branch.method, ratio=branch.ratio)
@@ -124,7 +143,7 @@ def _run_branch(model, seg, record: ContextRecord, causal: Engine, branch: Branc
             engine, way = causal, "context"
             start = Prefilled(causal, ReplayAttention(record))  # entered again only by a plugin that cannot fork
         else:
-            plugin = create_plugin(spec)
+            plugin = sized_plugin(spec, positions)
             with plugin_calls(spec, "init"):
                 engine = Engine(model.config, model.weights, plugin, threads)
             way = branch_way(plugin)
