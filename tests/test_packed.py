@@ -28,7 +28,7 @@ GROUP_BLOCKS = {
     G.Q5_0: (32, 16 * 22),
     G.Q4_K: (256, 2368),
     G.Q5_K: (256, 2880),
-    G.Q6_K: (256, 16 * 210),
+    G.Q6_K: (256, 16 * 274),  # its 6-bit codes one to a byte
 }
 
 

@@ -219,6 +219,28 @@ static inline uint32_t pv_dot2(uint32_t acc, uint32_t a, uint32_t b) {
 #define PV_DOT2(acc, a, b) pv_dot2(acc, a, b)
 #endif
 
+/* the int16 sums of each lane's byte pairs (u8 u times s8 s; bytes 0-1 in the low half, 2-3 in the
+   high): exact where |u| <= 63, |s| <= 128, as every caller's are; and a lane's value (0 <= v < 2^15 or
+   a sign-extended int16) in both int16 halves, so that PV_DOT2 with it scales the two pair sums alike */
+#if PYLLAMA_QBLOCKS_AVX512
+#define PV_MADDUBS(u, s) _mm512_maddubs_epi16(u, s)
+#define PV_DUP16(v) _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(v, 16))
+#elif PYLLAMA_QBLOCKS_AVX2
+#define PV_MADDUBS(u, s) _mm256_maddubs_epi16(u, s)
+#define PV_DUP16(v) _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16))
+#else
+static inline uint32_t pv_maddubs(uint32_t u, uint32_t s) {
+    int32_t half[2];
+    for (int h = 0; h < 2; h++) {
+        half[h] = 0;
+        for (int k = 2 * h; k < 2 * h + 2; k++) half[h] += (int32_t)((u >> (8 * k)) & 255) * (int32_t)(int8_t)(s >> (8 * k));
+    }
+    return (uint32_t)(uint16_t)(int16_t)half[0] | ((uint32_t)(uint16_t)(int16_t)half[1] << 16);
+}
+#define PV_MADDUBS(u, s) pv_maddubs(u, s)
+#define PV_DUP16(v) (((v) & 0xFFFFu) | ((v) << 16))
+#endif
+
 /* the activation's 4 int8 values at element e of a position (a pyllama_qact), in every lane */
 #define PV_X4(a, e) PV_SET32(pyllama_i32_at((a).q + (e)))
 

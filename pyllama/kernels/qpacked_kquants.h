@@ -17,16 +17,17 @@
  * acc_m[j] = fma(-d_x dmin_w, m_2j bsum_2j + m_2j+1 bsum_2j+1, acc_m[j]), and at the end hsum_float_8 of
  * acc plus (m0 + m2) + (m1 + m3).
  *
- * Group block of Q6_K (3,360 bytes, as the rows' own 210 each):
+ * Group block of Q6_K (4,384 bytes; 274 per row against the file's 210: its 6-bit codes one to a byte, so
+ * that a prompt's tile, the only product on this copy, spends nothing on unpacking them):
  *   d[16]              fp16
  *   sc[8][16][2]       the int8 scales of sub-blocks 2j and 2j + 1 (16 values each) of row r, at 32 j + 2 r
- *   ql[2][16][16][4]   chunk (h, j): row r's bytes 64 h + 4 j .. + 3 of ql
- *   qh[2][8][16][4]    chunk (h, l): row r's bytes 128 + 32 h + 4 l .. + 3 of the block (its qh)
- * so that run 4 h + i (32 values; i < 4) at vec_dot's lane l (elements 4 l .. + 3 of the run) is, for
- * l4 = l: i = 0 the low nibbles of ql chunk (h, l) with qh chunk (h, l)'s bits 0-1, i = 1 ql chunk
- * (h, 8 + l) with bits 2-3, i = 2 and 3 their high nibbles with bits 4-5 and 6-7. Lane l of a super-block
- * is sum_c sc[2 c + l / 4] (the 4-term sum of unsigned codes times x) minus 32 (bsum_2l sc_2l + bsum_2l+1
- * sc_2l+1), then acc[l] = fma(d_x d_w, lane l, acc[l]) and hsum_float_8 at the end, as vec_dot.
+ *   q[2][8][4][16][4]  chunk (h, l, i): row r's unsigned codes (0..63) of elements 4 l .. 4 l + 3 of run
+ *                      4 h + i (32 values; i < 4), at 64 (4 (8 h + l) + i) + 4 r
+ * where run 4 h + i's element 4 l + k has its low nibble in ql byte 64 h + 4 l + k (i = 0, 2: low and high
+ * nibble) or 64 h + 32 + 4 l + k (i = 1, 3) and its high two bits at bits 2 i of qh byte 128 + 32 h + 4 l + k,
+ * as vec_dot reads them. Lane l of a super-block is sum_c sc[2 c + l / 4] (the 4-term sum of unsigned codes
+ * times x) minus 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1), then acc[l] = fma(d_x d_w, lane l, acc[l]) and
+ * hsum_float_8 at the end, as vec_dot.
  */
 #ifndef PYLLAMA_QPACKED_KQUANTS_H
 #define PYLLAMA_QPACKED_KQUANTS_H
@@ -40,10 +41,9 @@
 #define PYLLAMA_K4_QS 320
 #define PYLLAMA_Q5_K_GROUP_BYTES 2880
 #define PYLLAMA_K5_MASKS 2368
-#define PYLLAMA_Q6_K_GROUP_BYTES 3360
+#define PYLLAMA_Q6_K_GROUP_BYTES 4384
 #define PYLLAMA_K6_SC 32
-#define PYLLAMA_K6_QL 288
-#define PYLLAMA_K6_QH 2336
+#define PYLLAMA_K6_Q 288
 
 static ptrdiff_t pyllama_packed_bytes_q4_k(ptrdiff_t rows, ptrdiff_t cols) {
     return pyllama_pack_groups(rows) * (cols / PYLLAMA_QK_K) * PYLLAMA_Q4_K_GROUP_BYTES;
@@ -103,10 +103,15 @@ static ptrdiff_t pyllama_packed_bytes_q6_k(ptrdiff_t rows, ptrdiff_t cols) {
 static void pyllama_pack_q6_k_row(const uint8_t* src, int r, uint8_t* dst) {
     memcpy(dst + 2 * r, src + 208, 2);
     for (int s = 0; s < 16; s++) dst[PYLLAMA_K6_SC + 32 * (s / 2) + 2 * r + s % 2] = src[192 + s];
-    for (int h = 0; h < 2; h++) {
-        for (int j = 0; j < 16; j++) memcpy(dst + PYLLAMA_K6_QL + 64 * (16 * h + j) + 4 * r, src + 64 * h + 4 * j, 4);
-        for (int l = 0; l < 8; l++) memcpy(dst + PYLLAMA_K6_QH + 64 * (8 * h + l) + 4 * r, src + 128 + 32 * h + 4 * l, 4);
-    }
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 8; l++)
+            for (int k = 0; k < 4; k++) {
+                const int lo0 = src[64 * h + 4 * l + k], lo1 = src[64 * h + 32 + 4 * l + k];
+                const int qh = src[128 + 32 * h + 4 * l + k];
+                const int code[4] = {(lo0 & 15) | (qh & 3) << 4, (lo1 & 15) | (qh >> 2 & 3) << 4,
+                                     lo0 >> 4 | (qh >> 4 & 3) << 4, lo1 >> 4 | (qh >> 6 & 3) << 4};
+                for (int i = 0; i < 4; i++) dst[PYLLAMA_K6_Q + 64 * (4 * (8 * h + l) + i) + 4 * r + k] = (uint8_t)code[i];
+            }
 }
 
 static void pyllama_pack_q6_k(const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
@@ -128,21 +133,23 @@ static inline int32_t pyllama_k4_bsum_pair(const pyllama_qact* a, ptrdiff_t b, i
     return (int32_t)(lo | (hi << 16));
 }
 
-/* two int32 vectors whose lanes fit int16 as one vector of int16 pairs (lo in the low half of each lane) */
+/* a logical right shift of each 32-bit lane */
 #if PYLLAMA_QBLOCKS_AVX512
-#define PV_PAIR16(lo, hi) _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, lo, _mm512_slli_epi32(hi, 16))
 #define PV_SRL32(a, n) _mm512_srli_epi32(a, n)
 #elif PYLLAMA_QBLOCKS_AVX2
-#define PV_PAIR16(lo, hi) _mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA)
 #define PV_SRL32(a, n) _mm256_srli_epi32(a, n)
 #else
-#define PV_PAIR16(lo, hi) (((lo) & 0xFFFFu) | ((hi) << 16))
 #define PV_SRL32(a, n) ((a) >> (n))
 #endif
 
 /* A group's rows at P positions (out[p * out_stride + r], r < n_rows), in vec_dot's order, Q4_K or Q5_K
    (kind): Q5_K adds 16 where an element's fifth bit is set and keeps its mins in one accumulator, as
-   vec_dot's summs = fma(-d_x dmin_w, sum_j (m_2j bsum_2j + m_2j+1 bsum_2j+1), summs) */
+   vec_dot's summs = fma(-d_x dmin_w, sum_j (m_2j bsum_2j + m_2j+1 bsum_2j+1), summs).
+   A super-block is taken lane by lane: lane g's integer sum of the P positions in P registers, over the
+   4 chunks (c, g), then its float step. maddubs gives a chunk's byte-pair sums and one vpdpwssd with the
+   sub-block's scale in both int16 halves scales and adds them, so no lane is zeroed, widened or moved;
+   lane sums of every position of a group stay in registers (8 x P of them spilled to memory on every
+   update made this tile half as fast). */
 static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, const uint8_t* g, ptrdiff_t nb,
                                                                     const pyllama_qact* a, const int P, float* out,
                                                                     ptrdiff_t out_stride, int n_rows) {
@@ -157,37 +164,32 @@ static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, co
         }
         for (ptrdiff_t b = 0; b < nb; b++) {
             const uint8_t* blk = g + b * group_block;
-            pv_i lanes[8][8];
-            for (int p = 0; p < P; p++)
-                for (int l = 0; l < 8; l++) lanes[p][l] = PV_ZERO();
-            for (int c = 0; c < 4; c++) {
-                pv_i lo[8], hi[8];
-                for (int k = 0; k < 8; k++) {
+            pv_i scale[8]; /* sub-block s's scale of each lane's row, in both int16 halves */
+            for (int s = 0; s < 8; s++) scale[s] = PV_DUP16(PV_U8(blk + PYLLAMA_K4_SC + 16 * s + lane0));
+            const pv_f dw = PV_HALVES(blk + 2 * lane0), dm = PV_HALVES(blk + 32 + 2 * lane0);
+            pv_f d[8];
+            for (int p = 0; p < P; p++) d[p] = PV_MULF(PV_SETF(a[p].d[b]), dw);
+            for (int k = 0; k < 8; k++) {
+                pv_i lane[8];
+                for (int p = 0; p < P; p++) lane[p] = PV_ZERO();
+                for (int c = 0; c < 4; c++) {
                     const pv_i v = PV_LOAD(blk + PYLLAMA_K4_QS + 64 * (8 * c + k) + 4 * lane0);
-                    lo[k] = PV_AND(v, m4);
-                    hi[k] = PV_AND(PV_SRL16(v, 4), m4);
+                    pv_i lo = PV_AND(v, m4), hi = PV_AND(PV_SRL16(v, 4), m4);
                     if (kind == PYLLAMA_Q5_K) {
                         const uint8_t* mask = blk + PYLLAMA_K5_MASKS + 8 * (16 * c + 2 * k);
-                        lo[k] = pv_add_where(lo[k], mask, 4 * lane0, sixteen);
-                        hi[k] = pv_add_where(hi[k], mask + 8, 4 * lane0, sixteen);
+                        lo = pv_add_where(lo, mask, 4 * lane0, sixteen);
+                        hi = pv_add_where(hi, mask + 8, 4 * lane0, sixteen);
+                    }
+                    const ptrdiff_t e = PYLLAMA_QK_K * b + 64 * c + 4 * k;
+                    for (int p = 0; p < P; p++) {
+                        lane[p] = PV_DOT2(lane[p], PV_MADDUBS(lo, PV_X4(a[p], e)), scale[2 * c]);
+                        lane[p] = PV_DOT2(lane[p], PV_MADDUBS(hi, PV_X4(a[p], e + 32)), scale[2 * c + 1]);
                     }
                 }
-                /* the scales of sub-blocks 2c and 2c + 1 as int16 pairs, and each lane's two 4-term sums
-                   (|sum| <= 4 * 31 * 128 fits int16) likewise: one vpdpwssd scales and adds both */
-                const pv_i scales = PV_PAIR16(PV_U8(blk + PYLLAMA_K4_SC + 32 * c + lane0),
-                                              PV_U8(blk + PYLLAMA_K4_SC + 32 * c + 16 + lane0));
-                for (int p = 0; p < P; p++) {
-                    const ptrdiff_t e = PYLLAMA_QK_K * b + 64 * c;
-                    for (int k = 0; k < 8; k++) {
-                        const pv_i tl = PV_DOT4(PV_ZERO(), lo[k], PV_X4(a[p], e + 4 * k));
-                        const pv_i th = PV_DOT4(PV_ZERO(), hi[k], PV_X4(a[p], e + 32 + 4 * k));
-                        lanes[p][k] = PV_DOT2(lanes[p][k], PV_PAIR16(tl, th), scales);
-                    }
-                }
+                for (int p = 0; p < P; p++) acc[p][k] = PV_FMA(d[p], PV_CVT(lane[p]), acc[p][k]);
             }
-            const pv_f dw = PV_HALVES(blk + 2 * lane0), dm = PV_HALVES(blk + 32 + 2 * lane0);
             for (int p = 0; p < P; p++) {
-                const pv_f ndmin = PV_MULF(PV_SETF(-a[p].d[b]), dm), d = PV_MULF(PV_SETF(a[p].d[b]), dw);
+                const pv_f ndmin = PV_MULF(PV_SETF(-a[p].d[b]), dm);
                 pv_i imin = PV_ZERO();
                 for (int j = 0; j < 4; j++) {
                     const pv_i ml = PV_DOT2(PV_ZERO(), PV_U8PAIRS(blk + PYLLAMA_K4_MN + 32 * j + 2 * lane0),
@@ -196,7 +198,6 @@ static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, co
                     else imin = PV_ADD32(imin, ml);
                 }
                 if (kind == PYLLAMA_Q5_K) accm[p][0] = PV_FMA(ndmin, PV_CVT(imin), accm[p][0]);
-                for (int l = 0; l < 8; l++) acc[p][l] = PV_FMA(d, PV_CVT(lanes[p][l]), acc[p][l]);
             }
         }
         for (int p = 0; p < P; p++) {
@@ -210,12 +211,11 @@ static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, co
     }
 }
 
-/* the same for Q6_K (the layout above): per run pair (4 h, 4 h + 1) and (4 h + 2, 4 h + 3), the two 4-term
-   sums of a lane (|sum| <= 4 * 63 * 128 fits int16) scaled and added by one vpdpwssd */
+/* the same for Q6_K (the layout above), lane by lane as Q4_K: each of a lane's 4-term sums (|sum| <= 4 * 63
+   * 128) scaled and added by maddubs and one vpdpwssd, on codes loaded as they are */
 static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8_t* g, ptrdiff_t nb,
                                                                      const pyllama_qact* a, const int P, float* out,
                                                                      ptrdiff_t out_stride, int n_rows) {
-    const pv_i m4 = PV_SET8(15), m2 = PV_SET8(0x30);
     for (int part = 0; part * PV_LANES < n_rows; part++) {
         const int lane0 = PV_LANES * part;
         pv_f acc[8][8];
@@ -223,47 +223,32 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8
             for (int l = 0; l < 8; l++) acc[p][l] = PV_ZEROF();
         for (ptrdiff_t b = 0; b < nb; b++) {
             const uint8_t* blk = g + b * PYLLAMA_Q6_K_GROUP_BYTES;
-            pv_i lanes[8][8];
-            for (int p = 0; p < P; p++)
-                for (int l = 0; l < 8; l++) lanes[p][l] = PV_ZERO();
-            for (int h = 0; h < 2; h++) {
-                /* pair[i]: the scales of sub-blocks 8 h + 2 i and 8 h + 2 i + 1 (run 4 h + i's halves) */
-                pv_i pair[4];
-                for (int i = 0; i < 4; i++) pair[i] = PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * (4 * h + i) + 2 * lane0);
-                for (int half = 0; half < 2; half++) {
-                    /* lanes 4 half .. 4 half + 3 take the sub-block 2 c + half of each run c */
-                    const pv_i s01 = half ? PV_PAIR16(PV_SRL32(pair[0], 16), PV_SRL32(pair[1], 16))
-                                          : PV_PAIR16(pair[0], pair[1]);
-                    const pv_i s23 = half ? PV_PAIR16(PV_SRL32(pair[2], 16), PV_SRL32(pair[3], 16))
-                                          : PV_PAIR16(pair[2], pair[3]);
-                    for (int j = 0; j < 4; j++) {
-                        const int l = 4 * half + j;
-                        const pv_i qh = PV_LOAD(blk + PYLLAMA_K6_QH + 64 * (8 * h + l) + 4 * lane0);
-                        const pv_i a0 = PV_LOAD(blk + PYLLAMA_K6_QL + 64 * (16 * h + l) + 4 * lane0);
-                        const pv_i a1 = PV_LOAD(blk + PYLLAMA_K6_QL + 64 * (16 * h + 8 + l) + 4 * lane0);
-                        const pv_i w0 = PV_OR(PV_AND(a0, m4), PV_AND(PV_SLL16(qh, 4), m2));
-                        const pv_i w1 = PV_OR(PV_AND(a1, m4), PV_AND(PV_SLL16(qh, 2), m2));
-                        const pv_i w2 = PV_OR(PV_AND(PV_SRL16(a0, 4), m4), PV_AND(qh, m2));
-                        const pv_i w3 = PV_OR(PV_AND(PV_SRL16(a1, 4), m4), PV_AND(PV_SRL16(qh, 2), m2));
-                        for (int p = 0; p < P; p++) {
-                            const ptrdiff_t e = PYLLAMA_QK_K * b + 128 * h + 4 * l;
-                            const pv_i t0 = PV_DOT4(PV_ZERO(), w0, PV_X4(a[p], e));
-                            const pv_i t1 = PV_DOT4(PV_ZERO(), w1, PV_X4(a[p], e + 32));
-                            const pv_i t2 = PV_DOT4(PV_ZERO(), w2, PV_X4(a[p], e + 64));
-                            const pv_i t3 = PV_DOT4(PV_ZERO(), w3, PV_X4(a[p], e + 96));
-                            lanes[p][l] = PV_DOT2(PV_DOT2(lanes[p][l], PV_PAIR16(t0, t1), s01), PV_PAIR16(t2, t3), s23);
-                        }
-                    }
-                }
+            pv_i scale[16]; /* sub-block s's int8 scale of each lane's row, in both int16 halves */
+            for (int j = 0; j < 8; j++) {
+                const pv_i pair = PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * j + 2 * lane0);
+                scale[2 * j] = PV_DUP16(pair);
+                scale[2 * j + 1] = PV_DUP16(PV_SRL32(pair, 16));
             }
             const pv_f dw = PV_HALVES(blk + 2 * lane0);
-            for (int p = 0; p < P; p++) {
-                const pv_f d = PV_MULF(PV_SETF(a[p].d[b]), dw);
-                for (int l = 0; l < 8; l++) {
+            pv_f d[8];
+            for (int p = 0; p < P; p++) d[p] = PV_MULF(PV_SETF(a[p].d[b]), dw);
+            for (int l = 0; l < 8; l++) {
+                const int half = l / 4; /* lanes 4 half .. 4 half + 3 take sub-block 2 c + half of each run c */
+                pv_i lane[8];
+                for (int p = 0; p < P; p++) lane[p] = PV_ZERO();
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t* q = blk + PYLLAMA_K6_Q + 64 * 4 * (8 * h + l) + 4 * lane0;
+                    const ptrdiff_t e = PYLLAMA_QK_K * b + 128 * h + 4 * l;
+                    for (int p = 0; p < P; p++)
+                        for (int i = 0; i < 4; i++)
+                            lane[p] = PV_DOT2(lane[p], PV_MADDUBS(PV_LOAD(q + 64 * i), PV_X4(a[p], e + 32 * i)),
+                                              scale[2 * (4 * h + i) + half]);
+                }
+                for (int p = 0; p < P; p++) {
                     /* minus 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
                     const pv_i corr = PV_DOT2(PV_ZERO(), PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * l + 2 * lane0),
                                               PV_SET32(pyllama_i32_at(a[p].bsums + 16 * b + 2 * l)));
-                    acc[p][l] = PV_FMA(d, PV_CVT(PV_SUB32(lanes[p][l], PV_SLL32(corr, 5))), acc[p][l]);
+                    acc[p][l] = PV_FMA(d[p], PV_CVT(PV_SUB32(lane[p], PV_SLL32(corr, 5))), acc[p][l]);
                 }
             }
         }
