@@ -11,8 +11,9 @@
  * several positions (prompts). llama.cpp repacks Q4_0 / Q4_K / IQ4_NL matrices for the same reason
  * (ggml-cpu/repack.cpp, eight rows per group).
  *
- * The packed layouts (qpacked_legacy.h: Q4_0 and Q5_0; qpacked_kquants.h: Q4_K and Q6_K) hold the same
- * bits as the file's blocks, moved; the arithmetic of every element is its type's (named there), so a
+ * The packed layouts (qpacked_legacy.h: Q4_0 and Q5_0; qpacked_kquants.h: Q4_K, Q5_K and Q6_K) hold the
+ * same values as the file's blocks, moved (Q4_K's scales unpacked, Q6_K's codes one to a byte); the
+ * arithmetic of every element is its type's (named there), so a
  * matrix multiplied from its packed copy and one multiplied from the mapped file give the same bits, and
  * the tests hold them equal.
  * A matrix whose row count is not a multiple of 16 has its last group padded with zero rows, whose

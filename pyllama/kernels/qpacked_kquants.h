@@ -142,19 +142,40 @@ static inline int32_t pyllama_k4_bsum_pair(const pyllama_qact* a, ptrdiff_t b, i
 #define PV_SRL32(a, n) ((a) >> (n))
 #endif
 
+/* lane[p] (p < P) + the 4-term sums of chunk (c, k) of a Q4_K or Q5_K group block (Q5_K: 16 added where an
+   element's fifth bit is set), scaled by their sub-blocks' scales (both int16 halves of scale[s]): maddubs
+   gives the chunk's byte-pair sums and one vpdpwssd scales and adds them, for the low nibbles (sub-block
+   2 c) and the high (2 c + 1) */
+static inline __attribute__((always_inline)) void pyllama_k45_chunk(int kind, const uint8_t* blk, int c, int k,
+                                                                    int lane0, const pv_i* scale, ptrdiff_t e0,
+                                                                    const pyllama_qact* a, const int P, pv_i* lane) {
+    const pv_i m4 = PV_SET8(15), sixteen = PV_SET8(16);
+    const pv_i v = PV_LOAD(blk + PYLLAMA_K4_QS + 64 * (8 * c + k) + 4 * lane0);
+    pv_i lo = PV_AND(v, m4), hi = PV_AND(PV_SRL16(v, 4), m4);
+    if (kind == PYLLAMA_Q5_K) {
+        const uint8_t* mask = blk + PYLLAMA_K5_MASKS + 8 * (16 * c + 2 * k);
+        lo = pv_add_where(lo, mask, 4 * lane0, sixteen);
+        hi = pv_add_where(hi, mask + 8, 4 * lane0, sixteen);
+    }
+    const ptrdiff_t e = e0 + 64 * c + 4 * k;
+    for (int p = 0; p < P; p++) {
+        lane[p] = PV_DOT2(lane[p], PV_MADDUBS(lo, PV_X4(a[p], e)), scale[2 * c]);
+        lane[p] = PV_DOT2(lane[p], PV_MADDUBS(hi, PV_X4(a[p], e + 32)), scale[2 * c + 1]);
+    }
+}
+
 /* A group's rows at P positions (out[p * out_stride + r], r < n_rows), in vec_dot's order, Q4_K or Q5_K
-   (kind): Q5_K adds 16 where an element's fifth bit is set and keeps its mins in one accumulator, as
-   vec_dot's summs = fma(-d_x dmin_w, sum_j (m_2j bsum_2j + m_2j+1 bsum_2j+1), summs).
-   A super-block is taken lane by lane: lane g's integer sum of the P positions in P registers, over the
-   4 chunks (c, g), then its float step. maddubs gives a chunk's byte-pair sums and one vpdpwssd with the
-   sub-block's scale in both int16 halves scales and adds them, so no lane is zeroed, widened or moved;
-   lane sums of every position of a group stay in registers (8 x P of them spilled to memory on every
-   update made this tile half as fast). */
+   (kind): Q5_K keeps its mins in one accumulator, as vec_dot's
+   summs = fma(-d_x dmin_w, sum_j (m_2j bsum_2j + m_2j+1 bsum_2j+1), summs).
+   The integer lane sums are exact in any order, so the loops follow the registers: in a block of
+   positions a super-block is taken lane by lane, the P positions' sums of one lane in P registers over its
+   4 chunks, then its float step (8 x P lane sums spilled to memory on every update made this tile half as
+   fast); for one position (decode), chunk by chunk with the 8 lanes' sums in 8 registers, so that
+   consecutive updates do not wait on each other. */
 static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, const uint8_t* g, ptrdiff_t nb,
                                                                     const pyllama_qact* a, const int P, float* out,
                                                                     ptrdiff_t out_stride, int n_rows) {
     const ptrdiff_t group_block = kind == PYLLAMA_Q4_K ? PYLLAMA_Q4_K_GROUP_BYTES : PYLLAMA_Q5_K_GROUP_BYTES;
-    const pv_i m4 = PV_SET8(15), sixteen = PV_SET8(16);
     for (int part = 0; part * PV_LANES < n_rows; part++) {
         const int lane0 = PV_LANES * part;
         pv_f acc[8][8], accm[8][4];
@@ -169,24 +190,20 @@ static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, co
             const pv_f dw = PV_HALVES(blk + 2 * lane0), dm = PV_HALVES(blk + 32 + 2 * lane0);
             pv_f d[8];
             for (int p = 0; p < P; p++) d[p] = PV_MULF(PV_SETF(a[p].d[b]), dw);
-            for (int k = 0; k < 8; k++) {
-                pv_i lane[8];
-                for (int p = 0; p < P; p++) lane[p] = PV_ZERO();
-                for (int c = 0; c < 4; c++) {
-                    const pv_i v = PV_LOAD(blk + PYLLAMA_K4_QS + 64 * (8 * c + k) + 4 * lane0);
-                    pv_i lo = PV_AND(v, m4), hi = PV_AND(PV_SRL16(v, 4), m4);
-                    if (kind == PYLLAMA_Q5_K) {
-                        const uint8_t* mask = blk + PYLLAMA_K5_MASKS + 8 * (16 * c + 2 * k);
-                        lo = pv_add_where(lo, mask, 4 * lane0, sixteen);
-                        hi = pv_add_where(hi, mask + 8, 4 * lane0, sixteen);
-                    }
-                    const ptrdiff_t e = PYLLAMA_QK_K * b + 64 * c + 4 * k;
-                    for (int p = 0; p < P; p++) {
-                        lane[p] = PV_DOT2(lane[p], PV_MADDUBS(lo, PV_X4(a[p], e)), scale[2 * c]);
-                        lane[p] = PV_DOT2(lane[p], PV_MADDUBS(hi, PV_X4(a[p], e + 32)), scale[2 * c + 1]);
-                    }
+            if (P == 1) {
+                pv_i lanes[8];
+                for (int k = 0; k < 8; k++) lanes[k] = PV_ZERO();
+                for (int c = 0; c < 4; c++)
+                    for (int k = 0; k < 8; k++)
+                        pyllama_k45_chunk(kind, blk, c, k, lane0, scale, PYLLAMA_QK_K * b, a, 1, &lanes[k]);
+                for (int k = 0; k < 8; k++) acc[0][k] = PV_FMA(d[0], PV_CVT(lanes[k]), acc[0][k]);
+            } else {
+                for (int k = 0; k < 8; k++) {
+                    pv_i lane[8];
+                    for (int p = 0; p < P; p++) lane[p] = PV_ZERO();
+                    for (int c = 0; c < 4; c++) pyllama_k45_chunk(kind, blk, c, k, lane0, scale, PYLLAMA_QK_K * b, a, P, lane);
+                    for (int p = 0; p < P; p++) acc[p][k] = PV_FMA(d[p], PV_CVT(lane[p]), acc[p][k]);
                 }
-                for (int p = 0; p < P; p++) acc[p][k] = PV_FMA(d[p], PV_CVT(lane[p]), acc[p][k]);
             }
             for (int p = 0; p < P; p++) {
                 const pv_f ndmin = PV_MULF(PV_SETF(-a[p].d[b]), dm);
