@@ -133,13 +133,17 @@ static inline int32_t pyllama_k4_bsum_pair(const pyllama_qact* a, ptrdiff_t b, i
     return (int32_t)(lo | (hi << 16));
 }
 
-/* a logical right shift of each 32-bit lane */
+/* a logical right shift of each 32-bit lane; each int16 half (|x| <= 128) times -32 */
 #if PYLLAMA_QBLOCKS_AVX512
 #define PV_SRL32(a, n) _mm512_srli_epi32(a, n)
+#define PV_NEG32_PAIRS(a) _mm512_sub_epi16(_mm512_setzero_si512(), _mm512_slli_epi16(a, 5))
 #elif PYLLAMA_QBLOCKS_AVX2
 #define PV_SRL32(a, n) _mm256_srli_epi32(a, n)
+#define PV_NEG32_PAIRS(a) _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(a, 5))
 #else
 #define PV_SRL32(a, n) ((a) >> (n))
+#define PV_NEG32_PAIRS(a) \
+    ((uint32_t)(uint16_t)(-32 * (int16_t)(a)) | ((uint32_t)(uint16_t)(-32 * (int16_t)((a) >> 16)) << 16))
 #endif
 
 /* lane[p] (p < P) + the 4-term sums of chunk (c, k) of a Q4_K or Q5_K group block (Q5_K: 16 added where an
@@ -261,11 +265,11 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8
                             lane[p] = PV_DOT2(lane[p], PV_MADDUBS(PV_LOAD(q + 64 * i), PV_X4(a[p], e + 32 * i)),
                                               scale[2 * (4 * h + i) + half]);
                 }
+                /* minus 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1): the scales times -32 (|.| <= 4096) as int16 pairs */
+                const pv_i neg32 = PV_NEG32_PAIRS(PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * l + 2 * lane0));
                 for (int p = 0; p < P; p++) {
-                    /* minus 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) */
-                    const pv_i corr = PV_DOT2(PV_ZERO(), PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * l + 2 * lane0),
-                                              PV_SET32(pyllama_i32_at(a[p].bsums + 16 * b + 2 * l)));
-                    acc[p][l] = PV_FMA(d[p], PV_CVT(PV_SUB32(lane[p], PV_SLL32(corr, 5))), acc[p][l]);
+                    const pv_i sum = PV_DOT2(lane[p], neg32, PV_SET32(pyllama_i32_at(a[p].bsums + 16 * b + 2 * l)));
+                    acc[p][l] = PV_FMA(d[p], PV_CVT(sum), acc[p][l]);
                 }
             }
         }
