@@ -62,6 +62,7 @@ def test_activation_quantisation_is_exact(kind):
     x = (rng.standard_normal(1024) * 3).astype(np.float32)
     x[256:512] = 0.0  # an all-zero block (and super-block)
     x[600] = -50.0  # a negative extreme
+    x[800], x[900] = -20.0, 20.0  # a tie of magnitudes: the first one's sign decides (Q8_K's iscale)
     q, d, extra = quantize_activation_np(x, kind)
     rq, rd, rextra = QUANTIZERS[kind](x)
     assert np.array_equal(q, rq) and np.array_equal(d, rd)

@@ -120,6 +120,64 @@ static inline void pyllama_quantize_q8_1(int8_t* q, float* d, float* s, const fl
     }
 }
 
+/* max |x| over a Q8_K block (a NaN is passed over, as the scalar comparison does) */
+static inline float pyllama_absmax_q8_k(const float* x) {
+#if PYLLAMA_QBLOCKS_AVX512
+    __m512 m = _mm512_setzero_ps();
+    for (int k = 0; k < PYLLAMA_QK_K; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
+    return _mm512_reduce_max_ps(m);
+#elif PYLLAMA_QBLOCKS_AVX2
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < PYLLAMA_QK_K; k += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+#else
+    float amax = 0.0f;
+    for (int k = 0; k < PYLLAMA_QK_K; k++)
+        if (fabsf(x[k]) > amax) amax = fabsf(x[k]);
+    return amax;
+#endif
+}
+
+/* q = min(127, nearest-even(iscale * x)) over a Q8_K block and the sums of each 16 q (the vector paths
+   round with the default MXCSR mode, nearest-even, as rintf does) */
+static inline void pyllama_round_q8_k(int8_t* q, int16_t* bsums, const float* x, float iscale) {
+#if PYLLAMA_QBLOCKS_AVX512
+    const __m512 s = _mm512_set1_ps(iscale);
+    const __m512i top = _mm512_set1_epi32(127);
+    for (int j = 0; j < 16; j++) {
+        const __m512i v = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(s, _mm512_loadu_ps(x + 16 * j))), top);
+        _mm_storeu_si128((__m128i*)(q + 16 * j), _mm512_cvtsepi32_epi8(v));
+        bsums[j] = (int16_t)_mm512_reduce_add_epi32(v);
+    }
+#elif PYLLAMA_QBLOCKS_AVX2
+    const __m256 s = _mm256_set1_ps(iscale);
+    const __m256i top = _mm256_set1_epi32(127);
+    for (int j = 0; j < 16; j++) {
+        const __m256i v0 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(s, _mm256_loadu_ps(x + 16 * j))), top);
+        const __m256i v1 = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(s, _mm256_loadu_ps(x + 16 * j + 8))), top);
+        const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v1), 0xD8); /* 16 int16, in order */
+        _mm_storeu_si128((__m128i*)(q + 16 * j), _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+        const __m256i t = _mm256_add_epi32(v0, v1);
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+        h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+        bsums[j] = (int16_t)_mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1))));
+    }
+#else
+    for (int k = 0; k < PYLLAMA_QK_K; k++) {
+        const int v = (int)rintf(iscale * x[k]);
+        q[k] = (int8_t)(v < 127 ? v : 127);
+    }
+    for (int j = 0; j < 16; j++) {
+        int sum = 0;
+        for (int k = 0; k < 16; k++) sum += q[16 * j + k];
+        bsums[j] = (int16_t)sum;
+    }
+#endif
+}
+
 /* Q8_K (ggml's quantize_row_q8_K_ref, which x86 uses): the value of largest magnitude (the first
    one) sets iscale = -127 / max, q = min(127, nearest-even(iscale * x)), d = 1 / iscale, and the
    sums of each 16 q. An all-zero block gets d = 0, q = 0. */
@@ -127,27 +185,21 @@ static inline void pyllama_quantize_q8_k(int8_t* q, float* d, int16_t* bsums, co
     for (ptrdiff_t b = 0; b < n / PYLLAMA_QK_K; b++) {
         const float* xb = x + PYLLAMA_QK_K * b;
         int8_t* qb = q + PYLLAMA_QK_K * b;
-        float amax = 0.0f, vmax = 0.0f;
-        for (int k = 0; k < PYLLAMA_QK_K; k++) {
-            const float ax = fabsf(xb[k]);
-            if (ax > amax) { amax = ax; vmax = xb[k]; }
-        }
+        const float amax = pyllama_absmax_q8_k(xb);
         if (amax == 0.0f) {
             memset(qb, 0, PYLLAMA_QK_K);
             for (int j = 0; j < 16; j++) bsums[16 * b + j] = 0;
             d[b] = 0.0f;
             continue;
         }
+        float vmax = amax;
+        for (int k = 0; k < PYLLAMA_QK_K; k++)
+            if (fabsf(xb[k]) == amax) {
+                vmax = xb[k]; /* the first value of largest magnitude: its sign decides */
+                break;
+            }
         const float iscale = -127.0f / vmax;
-        for (int k = 0; k < PYLLAMA_QK_K; k++) {
-            const int v = (int)rintf(iscale * xb[k]);
-            qb[k] = (int8_t)(v < 127 ? v : 127);
-        }
-        for (int j = 0; j < 16; j++) {
-            int sum = 0;
-            for (int k = 0; k < 16; k++) sum += qb[16 * j + k];
-            bsums[16 * b + j] = (int16_t)sum;
-        }
+        pyllama_round_q8_k(qb, bsums + 16 * b, xb, iscale);
         d[b] = 1.0f / iscale;
     }
 }
