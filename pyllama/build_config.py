@@ -9,6 +9,8 @@ Environment switches:
   PYLLAMA_PORTABLE=1    no -march=native (a build that runs on any x86-64 / aarch64 machine)
   PYLLAMA_BOUNDSCHECK=1 Cython bounds, wraparound and initialisation checks back on, for debugging
   PYLLAMA_NO_OPENMP=1   serial kernels even if the compiler has OpenMP
+  PYLLAMA_NO_AVX512=1   -march=native with AVX-512 switched off: the AVX2 path on an AVX-512 CPU,
+                        the whole package (attention included), to time it against an AVX2 peer
   PYLLAMA_EMULATE_AVX512=1 (or =vnni)
                         a test build: the AVX-512 (or AVX-512 VNNI) kernels of the block-quantised
                         types compiled on a CPU that has only AVX2, against SIMDe's portable AVX-512
@@ -25,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SWITCHES = ("PYLLAMA_PORTABLE", "PYLLAMA_BOUNDSCHECK", "PYLLAMA_NO_OPENMP")
+SWITCHES = ("PYLLAMA_PORTABLE", "PYLLAMA_BOUNDSCHECK", "PYLLAMA_NO_OPENMP", "PYLLAMA_NO_AVX512")
 EMULATE_AVX512 = "PYLLAMA_EMULATE_AVX512"
 # its values and the level each compiles (qblocks.h: 1 AVX-512 F+BW, 2 with VNNI)
 EMULATE_AVX512_LEVELS = {"1": 1, "vnni": 2}
@@ -123,6 +125,8 @@ def build_config(cc: str | Sequence[str], env: Mapping[str, str] | None = None) 
     if not on["PYLLAMA_PORTABLE"]:
         # the define lets a module say that it was built for this CPU (qproduct.built_for_this_cpu)
         args += ["-march=native", "-DPYLLAMA_MARCH_NATIVE"]
+        if on["PYLLAMA_NO_AVX512"]:
+            args.append("-mno-avx512f")  # after -march=native, so it wins; takes every AVX-512 subset with it
     reason = ""
     if on["PYLLAMA_NO_OPENMP"]:
         openmp, reason = False, "PYLLAMA_NO_OPENMP=1"

@@ -15,7 +15,13 @@ from pyllama import build_config
 from pyllama.attention import native
 
 REPO = Path(__file__).resolve().parents[1]
-SETTINGS = [{}, {"PYLLAMA_PORTABLE": "1"}, {"PYLLAMA_BOUNDSCHECK": "1"}, {"PYLLAMA_NO_OPENMP": "1"}]
+SETTINGS = [
+    {},
+    {"PYLLAMA_PORTABLE": "1"},
+    {"PYLLAMA_BOUNDSCHECK": "1"},
+    {"PYLLAMA_NO_OPENMP": "1"},
+    {"PYLLAMA_NO_AVX512": "1"},
+]
 
 
 def _switch_env(monkeypatch, env: dict[str, str]) -> None:
@@ -57,6 +63,10 @@ def test_setup_and_the_plugin_compiler_agree(monkeypatch, env):
     assert ("-march=native" in compile_args) == (env.get("PYLLAMA_PORTABLE") != "1")
     if env.get("PYLLAMA_NO_OPENMP") == "1":
         assert "-fopenmp" not in compile_args and not link_args
+    if env.get("PYLLAMA_NO_AVX512") == "1":  # after -march=native, or the native flags would turn it back on
+        assert compile_args.index("-mno-avx512f") > compile_args.index("-march=native")
+    else:
+        assert "-mno-avx512f" not in compile_args
     assert "-ffast-math" not in compile_args  # bit-identical results need IEEE order of operations
 
 

@@ -88,7 +88,7 @@ def test_the_build_multiplies_with_the_widest_path_the_cpu_has():
     want = "portable"
     if {"avx2", "fma"} <= flags:
         want = "avx2"
-        if {"avx512f", "avx512bw"} <= flags:
+        if {"avx512f", "avx512bw"} <= flags and not build_config.switches()["PYLLAMA_NO_AVX512"]:
             want = "avx512-vnni" if "avx512_vnni" in flags else "avx512"
     assert simd_path() == want
 
