@@ -17,6 +17,12 @@
  * acc_m[j] = fma(-d_x dmin_w, m_2j bsum_2j + m_2j+1 bsum_2j+1, acc_m[j]), and at the end hsum_float_8 of
  * acc plus (m0 + m2) + (m1 + m3).
  *
+ * Group block of Q5_K (2,880 bytes): Q4_K's, then 512 bytes of fifth bits, laid out for the path's
+ * cheapest way to add 16 where one is set. AVX-512: per chunk (c, g) and nibble half h, a 64-bit mask
+ * of the 16 rows' 4 bytes (bit 4 r + k), at 2,368 + 8 (16 c + 2 g + h), for a masked byte add. AVX2 and
+ * portable, which have no byte masks: the file's qh bytes as they are, row r's bytes 4 g .. + 3 at
+ * 2,368 + 64 g + 4 r, where bit 2 c + h is the fifth bit of chunk (c, g)'s nibble h, shifted to bit 4.
+ *
  * Group block of Q6_K (4,384 bytes; 274 per row against the file's 210: its 6-bit codes one to a byte, so
  * that a prompt's tile, the only product on this copy, spends nothing on unpacking them):
  *   d[16]              fp16
@@ -64,6 +70,10 @@ static void pyllama_pack_k45_row(int kind, const uint8_t* src, int r, uint8_t* d
         for (int g = 0; g < 8; g++) memcpy(dst + PYLLAMA_K4_QS + 64 * (8 * c + g) + 4 * r, qs + 32 * c + 4 * g, 4);
     if (kind != PYLLAMA_Q5_K) return;
     const uint8_t* qh = src + 16; /* element 64 c + 32 h + j's fifth bit: bit 2 c + h of qh[j] */
+#if !PYLLAMA_QBLOCKS_AVX512
+    for (int g = 0; g < 8; g++) memcpy(dst + PYLLAMA_K5_MASKS + 64 * g + 4 * r, qh + 4 * g, 4);
+    return;
+#endif
     for (int c = 0; c < 4; c++)
         for (int g = 0; g < 8; g++)
             for (int h = 0; h < 2; h++) {
@@ -146,6 +156,11 @@ static inline int32_t pyllama_k4_bsum_pair(const pyllama_qact* a, ptrdiff_t b, i
     ((uint32_t)(uint16_t)(-32 * (int16_t)(a)) | ((uint32_t)(uint16_t)(-32 * (int16_t)((a) >> 16)) << 16))
 #endif
 
+/* each byte's bit `bit` (< 8) moved to bit 4 (the shifts' spill between bytes never reaches bit 4) */
+static inline __attribute__((always_inline)) pv_i pv_bit_to_4(pv_i v, int bit) {
+    return bit <= 4 ? PV_SLL16(v, 4 - bit) : PV_SRL16(v, bit - 4);
+}
+
 /* lane[p] (p < P) + the 4-term sums of chunk (c, k) of a Q4_K or Q5_K group block (Q5_K: 16 added where an
    element's fifth bit is set), scaled by their sub-blocks' scales (both int16 halves of scale[s]): maddubs
    gives the chunk's byte-pair sums and one vpdpwssd scales and adds them, for the low nibbles (sub-block
@@ -157,9 +172,15 @@ static inline __attribute__((always_inline)) void pyllama_k45_chunk(int kind, co
     const pv_i v = PV_LOAD(blk + PYLLAMA_K4_QS + 64 * (8 * c + k) + 4 * lane0);
     pv_i lo = PV_AND(v, m4), hi = PV_AND(PV_SRL16(v, 4), m4);
     if (kind == PYLLAMA_Q5_K) {
+#if PYLLAMA_QBLOCKS_AVX512
         const uint8_t* mask = blk + PYLLAMA_K5_MASKS + 8 * (16 * c + 2 * k);
         lo = pv_add_where(lo, mask, 4 * lane0, sixteen);
         hi = pv_add_where(hi, mask + 8, 4 * lane0, sixteen);
+#else
+        const pv_i qh = PV_LOAD(blk + PYLLAMA_K5_MASKS + 64 * k + 4 * lane0);
+        lo = PV_OR(lo, PV_AND(pv_bit_to_4(qh, 2 * c), sixteen));
+        hi = PV_OR(hi, PV_AND(pv_bit_to_4(qh, 2 * c + 1), sixteen));
+#endif
     }
     const ptrdiff_t e = e0 + 64 * c + 4 * k;
     for (int p = 0; p < P; p++) {
