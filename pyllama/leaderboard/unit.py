@@ -10,7 +10,8 @@ state from the record (``start_from``) or replay their attention over it, and ea
 the question and the answer. Where its teacher-forced chain leaves the answer, the greedy answer
 is decoded from the plugin's snapshot where the answer begins (every built-in forks: the attention
 contract's ``snapshot``), so nothing runs twice. A method that evicts from position 0 runs whole,
-once. A branch's own failure is its row's ``error``.
+once. Every plugin's buffers hold the positions the sample's runs reach, not the model's context
+(``sized_plugin``). A branch's own failure is its row's ``error``.
 """
 
 from __future__ import annotations
