@@ -1,4 +1,4 @@
-/* Packed Q4_K and Q6_K (qpacked.h): 16 rows per group, each super-block of 256 values of the 16 rows in one
+/* Packed Q4_K, Q5_K and Q6_K (qpacked.h): 16 rows per group, each super-block of 256 values of the 16 rows in one
  * group block, and the products on it, in vec_dot's order (kquants.h), the order of the file's layout.
  *
  * Group block (2,368 bytes; 148 per row, the 144 of a block with its 6-bit scales unpacked):
@@ -70,10 +70,7 @@ static void pyllama_pack_k45_row(int kind, const uint8_t* src, int r, uint8_t* d
         for (int g = 0; g < 8; g++) memcpy(dst + PYLLAMA_K4_QS + 64 * (8 * c + g) + 4 * r, qs + 32 * c + 4 * g, 4);
     if (kind != PYLLAMA_Q5_K) return;
     const uint8_t* qh = src + 16; /* element 64 c + 32 h + j's fifth bit: bit 2 c + h of qh[j] */
-#if !PYLLAMA_QBLOCKS_AVX512
-    for (int g = 0; g < 8; g++) memcpy(dst + PYLLAMA_K5_MASKS + 64 * g + 4 * r, qh + 4 * g, 4);
-    return;
-#endif
+#if PYLLAMA_QBLOCKS_AVX512
     for (int c = 0; c < 4; c++)
         for (int g = 0; g < 8; g++)
             for (int h = 0; h < 2; h++) {
@@ -81,6 +78,9 @@ static void pyllama_pack_k45_row(int kind, const uint8_t* src, int r, uint8_t* d
                 for (int k = 0; k < 4; k++)
                     if ((qh[4 * g + k] >> (2 * c + h)) & 1) mask[(4 * r + k) / 8] |= (uint8_t)(1u << ((4 * r + k) % 8));
             }
+#else
+    for (int g = 0; g < 8; g++) memcpy(dst + PYLLAMA_K5_MASKS + 64 * g + 4 * r, qh + 4 * g, 4);
+#endif
 }
 
 static void pyllama_pack_k45(int kind, const pyllama_matrix* m, ptrdiff_t g0, ptrdiff_t g1, uint8_t* out) {
@@ -265,11 +265,15 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8
             for (int l = 0; l < 8; l++) acc[p][l] = PV_ZEROF();
         for (ptrdiff_t b = 0; b < nb; b++) {
             const uint8_t* blk = g + b * PYLLAMA_Q6_K_GROUP_BYTES;
-            pv_i scale[16]; /* sub-block s's int8 scale of each lane's row, in both int16 halves */
+            /* sub-block s's int8 scale of each lane's row in both int16 halves; and the scales of sub-blocks
+               2 j and 2 j + 1 times -32 (|.| <= 4096) as int16 pairs, for the codes' -32:
+               minus 32 (bsum_2j sc_2j + bsum_2j+1 sc_2j+1) in lane j */
+            pv_i scale[16], neg32[8];
             for (int j = 0; j < 8; j++) {
                 const pv_i pair = PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * j + 2 * lane0);
                 scale[2 * j] = PV_DUP16(pair);
                 scale[2 * j + 1] = PV_DUP16(PV_SRL32(pair, 16));
+                neg32[j] = PV_NEG32_PAIRS(pair);
             }
             const pv_f dw = PV_HALVES(blk + 2 * lane0);
             pv_f d[8];
@@ -286,10 +290,8 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8
                             lane[p] = PV_DOT2(lane[p], PV_MADDUBS(PV_LOAD(q + 64 * i), PV_X4(a[p], e + 32 * i)),
                                               scale[2 * (4 * h + i) + half]);
                 }
-                /* minus 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1): the scales times -32 (|.| <= 4096) as int16 pairs */
-                const pv_i neg32 = PV_NEG32_PAIRS(PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * l + 2 * lane0));
                 for (int p = 0; p < P; p++) {
-                    const pv_i sum = PV_DOT2(lane[p], neg32, PV_SET32(pyllama_i32_at(a[p].bsums + 16 * b + 2 * l)));
+                    const pv_i sum = PV_DOT2(lane[p], neg32[l], PV_SET32(pyllama_i32_at(a[p].bsums + 16 * b + 2 * l)));
                     acc[p][l] = PV_FMA(d[p], PV_CVT(sum), acc[p][l]);
                 }
             }
@@ -317,9 +319,10 @@ PYLLAMA_PACKED_OR_MAPPED(q4_k)
 PYLLAMA_PACKED_PRODUCTS(q5_k, pyllama_ptile_q5_k, 4, PYLLAMA_QK_K, PYLLAMA_Q5_K_GROUP_BYTES)
 PYLLAMA_PACKED_OR_MAPPED(q5_k)
 PYLLAMA_PACKED_PRODUCTS(q6_k, pyllama_ptile_q6_k, 4, PYLLAMA_QK_K, PYLLAMA_Q6_K_GROUP_BYTES)
-/* Q6_K's packed tile serves blocks only: its decode reads the file's layout (qpacked.h), where the tile of one
-   position was slower (stories110M Q6_K on the Xeon: 105 against 115 tok/s). Q5_K's packed decode is faster
-   there (stories110M Q5_K_M 154 against 94). */
+/* Q6_K's packed tile serves blocks only: its decode reads the file's layout (qpacked.h), 210 bytes a row and
+   super-block against the copy's 274, where the tile of one position was also slower on a copy of the file's
+   size (stories110M Q6_K on the Xeon: 105 against 115 tok/s). Q5_K's packed decode is faster there
+   (stories110M Q5_K_M 154 against 94). */
 PYLLAMA_PACKED_BLOCKS_OR_MAPPED(q6_k)
 
 #endif /* PYLLAMA_QPACKED_KQUANTS_H */
