@@ -220,6 +220,15 @@ static inline uint32_t pv_dot2(uint32_t acc, uint32_t a, uint32_t b) {
 #define PV_DOT2(acc, a, b) pv_dot2(acc, a, b)
 #endif
 
+/* Without VNNI, PV_DOT2 is a multiply and an add, and gcc regroups a chain of such integer adds into a
+   tree of products held at once, which spills past AVX2's 16 registers: an empty asm on the running sum
+   after each step keeps the chain (the sum is the same in any order) */
+#if PYLLAMA_QBLOCKS_AVX2 && !PYLLAMA_QBLOCKS_VNNI && !PYLLAMA_QBLOCKS_AVX512
+#define PV_KEEP(x) __asm__("" : "+x"(x))
+#else
+#define PV_KEEP(x) ((void)0)
+#endif
+
 /* the int16 sums of each lane's byte pairs (u8 u times s8 s; bytes 0-1 in the low half, 2-3 in the
    high): exact where |u| <= 63, |s| <= 128, as every caller's are; and a lane's value (0 <= v < 2^15 or
    a sign-extended int16) in both int16 halves, so that PV_DOT2 with it scales the two pair sums alike */

@@ -185,7 +185,9 @@ static inline __attribute__((always_inline)) void pyllama_k45_chunk(int kind, co
     const ptrdiff_t e = e0 + 64 * c + 4 * k;
     for (int p = 0; p < P; p++) {
         lane[p] = PV_DOT2(lane[p], PV_MADDUBS(lo, PV_X4(a[p], e)), scale[2 * c]);
+        if (P > 1) PV_KEEP(lane[p]);
         lane[p] = PV_DOT2(lane[p], PV_MADDUBS(hi, PV_X4(a[p], e + 32)), scale[2 * c + 1]);
+        if (P > 1) PV_KEEP(lane[p]);
     }
 }
 
@@ -286,9 +288,11 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8
                     const uint8_t* q = blk + PYLLAMA_K6_Q + 64 * 4 * (8 * h + l) + 4 * lane0;
                     const ptrdiff_t e = PYLLAMA_QK_K * b + 128 * h + 4 * l;
                     for (int p = 0; p < P; p++)
-                        for (int i = 0; i < 4; i++)
+                        for (int i = 0; i < 4; i++) {
                             lane[p] = PV_DOT2(lane[p], PV_MADDUBS(PV_LOAD(q + 64 * i), PV_X4(a[p], e + 32 * i)),
                                               scale[2 * (4 * h + i) + half]);
+                            PV_KEEP(lane[p]);
+                        }
                 }
                 for (int p = 0; p < P; p++) {
                     const pv_i sum = PV_DOT2(lane[p], neg32[l], PV_SET32(pyllama_i32_at(a[p].bsums + 16 * b + 2 * l)));

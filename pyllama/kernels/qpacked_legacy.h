@@ -102,6 +102,10 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q4_0(const uint8
                 for (int j = 0; j < 4; j++) {
                     tl = PV_DOT4(tl, lo[j], PV_X4(a[p], e + 4 * j));
                     th = PV_DOT4(th, hi[j], PV_X4(a[p], e + 16 + 4 * j));
+                    if (P > 1) {
+                        PV_KEEP(tl);
+                        PV_KEEP(th);
+                    }
                 }
                 acc[p] = PV_FMA(PV_CVT(PV_ADD32(tl, th)), PV_MULF(dw, PV_SETF(a[p].d[b])), acc[p]);
             }
