@@ -48,6 +48,17 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 )
 @pytest.mark.parametrize("blocks", [1, 5])
 def test_packed_products_equal_the_mapped_ones_bit_for_bit(ggml_type, rows, blocks):
+    _check_packed_against_mapped(ggml_type, rows, blocks)
+
+
+@pytest.mark.parametrize("ggml_type", [G.Q4_K, G.Q5_K])
+def test_wide_k_quant_blocks_run_on_the_group_blocks_bit_for_bit(ggml_type):
+    """A block product expands a Q4_K / Q5_K group's codes to bytes on the stack up to 16 super-blocks
+    (4,096 columns); a wider matrix's runs its tile on the packed group blocks: the same bits either way."""
+    _check_packed_against_mapped(ggml_type, 24, 17)
+
+
+def _check_packed_against_mapped(ggml_type: G, rows: int, blocks: int) -> None:
     block, group_block_bytes = GROUP_BLOCKS[ggml_type]
     cols = block * blocks
     t = _tensor(ggml_type, rows, cols, rows * 100 + cols)

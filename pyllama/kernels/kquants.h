@@ -368,8 +368,8 @@ static void pyllama_dequantize_kquant(int kind, const uint8_t* data, ptrdiff_t r
     }
 }
 
-/* the table rows' products (qrows.h) and row dequantisers; Q4_K's and Q6_K's are those of a matrix without
-   its packed copy (qpacked_kquants.h names the row's) */
+/* the table rows' products (qrows.h) and row dequantisers; Q4_K's, Q5_K's and Q6_K's are those of a matrix without
+   its packed copy (qpacked_kcodes.h and qpacked_kquants.h name the rows') */
 #define PYLLAMA_KQUANT_TYPE(name, products, KIND, BYTES)                                                   \
     PYLLAMA_ROW_PRODUCTS(products, .block = PYLLAMA_QK_K, .block_bytes = BYTES, .dot = pyllama_dot_##name,  \
                          .tile4 = pyllama_tile4_##name)                                                     \

@@ -12,7 +12,8 @@
  * (ggml-cpu/repack.cpp, eight rows per group).
  *
  * The packed layouts (qpacked_legacy.h: Q4_0 and Q5_0; qpacked_kquants.h: Q4_K, Q5_K and Q6_K) hold the
- * same values as the file's blocks, moved (Q4_K's scales unpacked, Q6_K's codes one to a byte); the
+ * same values as the file's blocks, moved (Q4_K's scales unpacked, Q6_K's codes one to a byte; a block
+ * product expands Q4_K's and Q5_K's codes to bytes group by group, qpacked_kcodes.h); the
  * arithmetic of every element is its type's (named there), so a
  * matrix multiplied from its packed copy and one multiplied from the mapped file give the same bits, and
  * the tests hold them equal.
@@ -63,6 +64,7 @@ static inline int32_t pyllama_i32_at(const void* p) {
 typedef __m512i pv_i;
 typedef __m512 pv_f;
 #define PV_LOAD(p) _mm512_loadu_si512((const void*)(p))
+#define PV_STORE_I(p, v) _mm512_storeu_si512((void*)(p), v)
 #define PV_ZERO() _mm512_setzero_si512()
 #define PV_ZEROF() _mm512_setzero_ps()
 #define PV_SET8(c) _mm512_set1_epi8((char)(c))
@@ -105,6 +107,7 @@ static inline pv_i pv_add_where(pv_i v, const uint8_t* mask, int bit0, pv_i add)
 typedef __m256i pv_i;
 typedef __m256 pv_f;
 #define PV_LOAD(p) _mm256_loadu_si256((const __m256i*)(p))
+#define PV_STORE_I(p, v) _mm256_storeu_si256((__m256i*)(p), v)
 #define PV_ZERO() _mm256_setzero_si256()
 #define PV_ZEROF() _mm256_setzero_ps()
 #define PV_SET8(c) _mm256_set1_epi8((char)(c))
@@ -153,6 +156,8 @@ static inline pv_i pv_add_where(pv_i v, const uint8_t* mask, int bit0, pv_i add)
 typedef uint32_t pv_i;
 typedef float pv_f;
 #define PV_LOAD(p) ((uint32_t)pyllama_i32_at(p))
+#define PV_STORE_I(p, v) pv_store_i(p, v)
+static inline void pv_store_i(uint8_t* p, uint32_t v) { memcpy(p, &v, 4); }
 #define PV_ZERO() 0u
 #define PV_ZEROF() 0.0f
 #define PV_SET8(c) (0x01010101u * (uint8_t)(c))

@@ -47,6 +47,8 @@
 #define PYLLAMA_K4_QS 320
 #define PYLLAMA_Q5_K_GROUP_BYTES 2880
 #define PYLLAMA_K5_MASKS 2368
+#define PYLLAMA_K45X_CODES PYLLAMA_K4_QS
+#define PYLLAMA_K45X_BYTES 4416
 #define PYLLAMA_Q6_K_GROUP_BYTES 4384
 #define PYLLAMA_K6_SC 32
 #define PYLLAMA_K6_Q 288
@@ -161,26 +163,42 @@ static inline __attribute__((always_inline)) pv_i pv_bit_to_4(pv_i v, int bit) {
     return bit <= 4 ? PV_SLL16(v, 4 - bit) : PV_SRL16(v, bit - 4);
 }
 
-/* lane[p] (p < P) + the 4-term sums of chunk (c, k) of a Q4_K or Q5_K group block (Q5_K: 16 added where an
-   element's fifth bit is set), scaled by their sub-blocks' scales (both int16 halves of scale[s]): maddubs
-   gives the chunk's byte-pair sums and one vpdpwssd scales and adds them, for the low nibbles (sub-block
-   2 c) and the high (2 c + 1) */
-static inline __attribute__((always_inline)) void pyllama_k45_chunk(int kind, const uint8_t* blk, int c, int k,
-                                                                    int lane0, const pv_i* scale, ptrdiff_t e0,
-                                                                    const pyllama_qact* a, const int P, pv_i* lane) {
+/* the codes of chunk (c, k) of a Q4_K or Q5_K group block for the lanes from lane0: *lo sub-block 2 c's (the
+   low nibbles), *hi 2 c + 1's (the high), Q5_K's with 16 added where an element's fifth bit is set */
+static inline __attribute__((always_inline)) void pyllama_k45_codes(int kind, const uint8_t* blk, int c, int k,
+                                                                    int lane0, pv_i* lo, pv_i* hi) {
     const pv_i m4 = PV_SET8(15), sixteen = PV_SET8(16);
     const pv_i v = PV_LOAD(blk + PYLLAMA_K4_QS + 64 * (8 * c + k) + 4 * lane0);
-    pv_i lo = PV_AND(v, m4), hi = PV_AND(PV_SRL16(v, 4), m4);
+    *lo = PV_AND(v, m4);
+    *hi = PV_AND(PV_SRL16(v, 4), m4);
     if (kind == PYLLAMA_Q5_K) {
 #if PYLLAMA_QBLOCKS_AVX512
         const uint8_t* mask = blk + PYLLAMA_K5_MASKS + 8 * (16 * c + 2 * k);
-        lo = pv_add_where(lo, mask, 4 * lane0, sixteen);
-        hi = pv_add_where(hi, mask + 8, 4 * lane0, sixteen);
+        *lo = pv_add_where(*lo, mask, 4 * lane0, sixteen);
+        *hi = pv_add_where(*hi, mask + 8, 4 * lane0, sixteen);
 #else
         const pv_i qh = PV_LOAD(blk + PYLLAMA_K5_MASKS + 64 * k + 4 * lane0);
-        lo = PV_OR(lo, PV_AND(pv_bit_to_4(qh, 2 * c), sixteen));
-        hi = PV_OR(hi, PV_AND(pv_bit_to_4(qh, 2 * c + 1), sixteen));
+        *lo = PV_OR(*lo, PV_AND(pv_bit_to_4(qh, 2 * c), sixteen));
+        *hi = PV_OR(*hi, PV_AND(pv_bit_to_4(qh, 2 * c + 1), sixteen));
 #endif
+    }
+}
+
+/* lane[p] (p < P) + the 4-term sums of chunk (c, k), scaled by their sub-blocks' scales (both int16 halves
+   of scale[s]): maddubs gives the chunk's byte-pair sums and one vpdpwssd scales and adds them, for
+   sub-blocks 2 c and 2 c + 1. The codes come from the group block (blk), or with codes = 1 from a
+   super-block's expanded codes (qpacked_kcodes.h: the group block's first 320 bytes, then chunk (c, k)'s
+   codes one to a byte, sub-block 2 c's and 2 c + 1's, 64 bytes each, at 320 + 128 (8 c + k)) */
+static inline __attribute__((always_inline)) void pyllama_k45_chunk(int kind, const uint8_t* blk, const int codes,
+                                                                    int c, int k, int lane0, const pv_i* scale,
+                                                                    ptrdiff_t e0, const pyllama_qact* a, const int P,
+                                                                    pv_i* lane) {
+    pv_i lo, hi;
+    if (codes) {
+        lo = PV_LOAD(blk + PYLLAMA_K45X_CODES + 128 * (8 * c + k) + 4 * lane0);
+        hi = PV_LOAD(blk + PYLLAMA_K45X_CODES + 128 * (8 * c + k) + 64 + 4 * lane0);
+    } else {
+        pyllama_k45_codes(kind, blk, c, k, lane0, &lo, &hi);
     }
     const ptrdiff_t e = e0 + 64 * c + 4 * k;
     for (int p = 0; p < P; p++) {
@@ -199,10 +217,12 @@ static inline __attribute__((always_inline)) void pyllama_k45_chunk(int kind, co
    4 chunks, then its float step (8 x P lane sums spilled to memory on every update made this tile half as
    fast); for one position (decode), chunk by chunk with the 8 lanes' sums in 8 registers, so that
    consecutive updates do not wait on each other. */
-static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, const uint8_t* g, ptrdiff_t nb,
-                                                                    const pyllama_qact* a, const int P, float* out,
-                                                                    ptrdiff_t out_stride, int n_rows) {
-    const ptrdiff_t group_block = kind == PYLLAMA_Q4_K ? PYLLAMA_Q4_K_GROUP_BYTES : PYLLAMA_Q5_K_GROUP_BYTES;
+static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, const int codes, const uint8_t* g,
+                                                                    ptrdiff_t nb, const pyllama_qact* a, const int P,
+                                                                    float* out, ptrdiff_t out_stride, int n_rows) {
+    const ptrdiff_t group_block = codes                  ? PYLLAMA_K45X_BYTES
+                                  : kind == PYLLAMA_Q4_K ? PYLLAMA_Q4_K_GROUP_BYTES
+                                                         : PYLLAMA_Q5_K_GROUP_BYTES;
     for (int part = 0; part * PV_LANES < n_rows; part++) {
         const int lane0 = PV_LANES * part;
         pv_f acc[8][8], accm[8][4];
@@ -222,13 +242,14 @@ static inline __attribute__((always_inline)) void pyllama_ptile_k45(int kind, co
                 for (int k = 0; k < 8; k++) lanes[k] = PV_ZERO();
                 for (int c = 0; c < 4; c++)
                     for (int k = 0; k < 8; k++)
-                        pyllama_k45_chunk(kind, blk, c, k, lane0, scale, PYLLAMA_QK_K * b, a, 1, &lanes[k]);
+                        pyllama_k45_chunk(kind, blk, codes, c, k, lane0, scale, PYLLAMA_QK_K * b, a, 1, &lanes[k]);
                 for (int k = 0; k < 8; k++) acc[0][k] = PV_FMA(d[0], PV_CVT(lanes[k]), acc[0][k]);
             } else {
                 for (int k = 0; k < 8; k++) {
                     pv_i lane[8];
                     for (int p = 0; p < P; p++) lane[p] = PV_ZERO();
-                    for (int c = 0; c < 4; c++) pyllama_k45_chunk(kind, blk, c, k, lane0, scale, PYLLAMA_QK_K * b, a, P, lane);
+                    for (int c = 0; c < 4; c++)
+                        pyllama_k45_chunk(kind, blk, codes, c, k, lane0, scale, PYLLAMA_QK_K * b, a, P, lane);
                     for (int p = 0; p < P; p++) acc[p][k] = PV_FMA(d[p], PV_CVT(lane[p]), acc[p][k]);
                 }
             }
@@ -309,24 +330,20 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8
     }
 }
 
-#define PYLLAMA_K45_TILE(name, KIND)                                                                            \
-    static inline __attribute__((always_inline)) void pyllama_ptile_##name(const uint8_t* g, ptrdiff_t nb,       \
-        const pyllama_qact* a, const int P, float* out, ptrdiff_t out_stride, int n_rows) {                     \
-        pyllama_ptile_k45(KIND, g, nb, a, P, out, out_stride, n_rows);                                          \
-    }
-PYLLAMA_K45_TILE(q4_k, PYLLAMA_Q4_K)
-PYLLAMA_K45_TILE(q5_k, PYLLAMA_Q5_K)
-#undef PYLLAMA_K45_TILE
-
-PYLLAMA_PACKED_PRODUCTS(q4_k, pyllama_ptile_q4_k, 4, PYLLAMA_QK_K, PYLLAMA_Q4_K_GROUP_BYTES)
-PYLLAMA_PACKED_OR_MAPPED(q4_k)
-PYLLAMA_PACKED_PRODUCTS(q5_k, pyllama_ptile_q5_k, 4, PYLLAMA_QK_K, PYLLAMA_Q5_K_GROUP_BYTES)
-PYLLAMA_PACKED_OR_MAPPED(q5_k)
+static inline __attribute__((always_inline)) void pyllama_ptile_q4_k(const uint8_t* g, ptrdiff_t nb,
+                                                                     const pyllama_qact* a, const int P, float* out,
+                                                                     ptrdiff_t out_stride, int n_rows) {
+    pyllama_ptile_k45(PYLLAMA_Q4_K, 0, g, nb, a, P, out, out_stride, n_rows);
+}
+static inline __attribute__((always_inline)) void pyllama_ptile_q5_k(const uint8_t* g, ptrdiff_t nb,
+                                                                     const pyllama_qact* a, const int P, float* out,
+                                                                     ptrdiff_t out_stride, int n_rows) {
+    pyllama_ptile_k45(PYLLAMA_Q5_K, 0, g, nb, a, P, out, out_stride, n_rows);
+}
 PYLLAMA_PACKED_PRODUCTS(q6_k, pyllama_ptile_q6_k, 4, PYLLAMA_QK_K, PYLLAMA_Q6_K_GROUP_BYTES)
 /* Q6_K's packed tile serves blocks only: its decode reads the file's layout (qpacked.h), 210 bytes a row and
    super-block against the copy's 274, where the tile of one position was also slower on a copy of the file's
-   size (stories110M Q6_K on the Xeon: 105 against 115 tok/s). Q5_K's packed decode is faster there
-   (stories110M Q5_K_M 154 against 94). */
+   size (stories110M Q6_K on the Xeon: 105 against 115 tok/s). Q4_K's and Q5_K's products: qpacked_kcodes.h. */
 PYLLAMA_PACKED_BLOCKS_OR_MAPPED(q6_k)
 
 #endif /* PYLLAMA_QPACKED_KQUANTS_H */

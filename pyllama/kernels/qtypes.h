@@ -20,7 +20,7 @@
 #include "q8_groups.h"
 #include "qlegacy_products.h"
 #include "kquants.h"
-#include "qpacked_kquants.h"
+#include "qpacked_kcodes.h"
 
 static void pyllama_act_f32(const pyllama_acts* a, ptrdiff_t p) {
     (void)a;
