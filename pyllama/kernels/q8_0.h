@@ -268,21 +268,11 @@ static void pyllama_q8_0_tile_u(const uint8_t* w, ptrdiff_t row_bytes, const int
 /* x[n] (n a multiple of 32) -> int8 q[n] and one scale per block (the fp16 scale as float32) */
 static inline void pyllama_quantize_q8_0(int8_t* q, float* scales, const float* x, ptrdiff_t n) {
     for (ptrdiff_t b = 0; b < n / 32; b++) {
-        const float* xb = x + 32 * b;
-        float amax = 0.0f;
-        for (int k = 0; k < 32; k++) {
-            /* written as a branch, not a ?: expression: gcc then keeps the maximum in a vector register
-               (a compare and a blend), where the ?: form went through integer registers at half the speed */
-            float larger;
-            if (amax >= fabsf(xb[k])) larger = amax;
-            else larger = fabsf(xb[k]);
-            amax = larger;
-        }
+        const float amax = pyllama_absmax32(x + 32 * b);
         /* ggml stores d = amax / 127 as fp16; the dot product reads it back as float32 */
         scales[b] = pyllama_half_to_float(pyllama_float_to_half(amax / 127.0f));
         const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-        /* |x * inv| <= 127 (up to rounding of inv), so the int8 conversion never overflows */
-        for (int k = 0; k < 32; k++) q[32 * b + k] = (int8_t)(int)rintf(xb[k] * inv);
+        (void)pyllama_round32(q + 32 * b, x + 32 * b, inv);
     }
 }
 

@@ -100,21 +100,66 @@ static inline float pyllama_half_at(const uint8_t* p) {
     return pyllama_qh2f(h);
 }
 
+/* max |x| over a 32-value block (Q8_0, Q8_1; a NaN is passed over, as in pyllama_absmax_q8_k) */
+static inline float pyllama_absmax32(const float* x) {
+#if PYLLAMA_QBLOCKS_AVX512
+    return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16)), _mm512_abs_ps(_mm512_loadu_ps(x))));
+#elif PYLLAMA_QBLOCKS_AVX2
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < PYLLAMA_QK; k += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+#else
+    float amax = 0.0f;
+    for (int k = 0; k < PYLLAMA_QK; k++)
+        if (fabsf(x[k]) > amax) amax = fabsf(x[k]);
+    return amax;
+#endif
+}
+
+/* q = nearest-even(x * inv) over a 32-value block whose |x * inv| <= 127 (up to the rounding of inv), and
+   the sum of q (the vector paths round with the default MXCSR mode, nearest-even, as rintf does) */
+static inline int32_t pyllama_round32(int8_t* q, const float* x, float inv) {
+#if PYLLAMA_QBLOCKS_AVX512
+    const __m512 s = _mm512_set1_ps(inv);
+    const __m512i v0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), s));
+    const __m512i v1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + 16), s));
+    _mm_storeu_si128((__m128i*)q, _mm512_cvtsepi32_epi8(v0));
+    _mm_storeu_si128((__m128i*)(q + 16), _mm512_cvtsepi32_epi8(v1));
+    return _mm512_reduce_add_epi32(_mm512_add_epi32(v0, v1));
+#elif PYLLAMA_QBLOCKS_AVX2
+    const __m256 s = _mm256_set1_ps(inv);
+    __m256i v[4];
+    for (int k = 0; k < 4; k++) v[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), s));
+    /* packs interleave the 128-bit halves: the permutation puts the 32 bytes back in order */
+    const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256((__m256i*)q, _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i t = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    return _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1))));
+#else
+    int32_t sum = 0;
+    for (int k = 0; k < PYLLAMA_QK; k++) {
+        const int v = (int)rintf(x[k] * inv);
+        q[k] = (int8_t)v;
+        sum += v;
+    }
+    return sum;
+#endif
+}
+
 /* Q8_1 (ggml's x86 quantize_row_q8_1): d = amax / 127 stored as fp16, q = rint(x * 127 / amax),
    s = fp16(d * sum(q)) with the float32 d. */
 static inline void pyllama_quantize_q8_1(int8_t* q, float* d, float* s, const float* x, ptrdiff_t n) {
     for (ptrdiff_t b = 0; b < n / PYLLAMA_QK; b++) {
         const float* xb = x + PYLLAMA_QK * b;
-        float amax = 0.0f;
-        for (int k = 0; k < PYLLAMA_QK; k++) amax = amax >= fabsf(xb[k]) ? amax : fabsf(xb[k]);
+        const float amax = pyllama_absmax32(xb);
         const float db = amax / 127.0f;
         const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
-        int32_t sum = 0;
-        for (int k = 0; k < PYLLAMA_QK; k++) {
-            const int v = (int)rintf(xb[k] * inv);
-            q[PYLLAMA_QK * b + k] = (int8_t)v;
-            sum += v;
-        }
+        const int32_t sum = pyllama_round32(q + PYLLAMA_QK * b, xb, inv);
         d[b] = pyllama_qh2f(pyllama_qf2h(db));
         s[b] = pyllama_qh2f(pyllama_qf2h(db * (float)sum));
     }

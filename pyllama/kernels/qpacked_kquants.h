@@ -288,36 +288,38 @@ static inline __attribute__((always_inline)) void pyllama_ptile_q6_k(const uint8
             for (int l = 0; l < 8; l++) acc[p][l] = PV_ZEROF();
         for (ptrdiff_t b = 0; b < nb; b++) {
             const uint8_t* blk = g + b * PYLLAMA_Q6_K_GROUP_BYTES;
-            /* sub-block s's int8 scale of each lane's row in both int16 halves; and the scales of sub-blocks
-               2 j and 2 j + 1 times -32 (|.| <= 4096) as int16 pairs, for the codes' -32:
-               minus 32 (bsum_2j sc_2j + bsum_2j+1 sc_2j+1) in lane j */
-            pv_i scale[16], neg32[8];
-            for (int j = 0; j < 8; j++) {
-                const pv_i pair = PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * j + 2 * lane0);
-                scale[2 * j] = PV_DUP16(pair);
-                scale[2 * j + 1] = PV_DUP16(PV_SRL32(pair, 16));
-                neg32[j] = PV_NEG32_PAIRS(pair);
-            }
             const pv_f dw = PV_HALVES(blk + 2 * lane0);
             pv_f d[8];
             for (int p = 0; p < P; p++) d[p] = PV_MULF(PV_SETF(a[p].d[b]), dw);
-            for (int l = 0; l < 8; l++) {
-                const int half = l / 4; /* lanes 4 half .. 4 half + 3 take sub-block 2 c + half of each run c */
-                pv_i lane[8];
-                for (int p = 0; p < P; p++) lane[p] = PV_ZERO();
-                for (int h = 0; h < 2; h++) {
-                    const uint8_t* q = blk + PYLLAMA_K6_Q + 64 * 4 * (8 * h + l) + 4 * lane0;
-                    const ptrdiff_t e = PYLLAMA_QK_K * b + 128 * h + 4 * l;
-                    for (int p = 0; p < P; p++)
-                        for (int i = 0; i < 4; i++) {
-                            lane[p] = PV_DOT2(lane[p], PV_MADDUBS(PV_LOAD(q + 64 * i), PV_X4(a[p], e + 32 * i)),
-                                              scale[2 * (4 * h + i) + half]);
-                            PV_KEEP(lane[p]);
-                        }
+            /* lanes 4 half .. 4 half + 3 take sub-block 2 c + half of each run c: the scales of one half at a
+               time, 8 registers where all 16 and the corrections spilled on AVX-512 */
+            for (int half = 0; half < 2; half++) {
+                pv_i scale[8]; /* sub-block 2 j + half's int8 scale of each lane's row, in both int16 halves */
+                for (int j = 0; j < 8; j++) {
+                    const pv_i pair = PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * j + 2 * lane0);
+                    scale[j] = PV_DUP16(half ? PV_SRL32(pair, 16) : pair);
                 }
-                for (int p = 0; p < P; p++) {
-                    const pv_i sum = PV_DOT2(lane[p], neg32[l], PV_SET32(pyllama_i32_at(a[p].bsums + 16 * b + 2 * l)));
-                    acc[p][l] = PV_FMA(d[p], PV_CVT(sum), acc[p][l]);
+                for (int l = 4 * half; l < 4 * half + 4; l++) {
+                    pv_i lane[8];
+                    for (int p = 0; p < P; p++) lane[p] = PV_ZERO();
+                    for (int h = 0; h < 2; h++) {
+                        const uint8_t* q = blk + PYLLAMA_K6_Q + 64 * 4 * (8 * h + l) + 4 * lane0;
+                        const ptrdiff_t e = PYLLAMA_QK_K * b + 128 * h + 4 * l;
+                        pv_i w[4];
+                        for (int i = 0; i < 4; i++) w[i] = PV_LOAD(q + 64 * i);
+                        for (int p = 0; p < P; p++)
+                            for (int i = 0; i < 4; i++) {
+                                lane[p] = PV_DOT2(lane[p], PV_MADDUBS(w[i], PV_X4(a[p], e + 32 * i)), scale[4 * h + i]);
+                                PV_KEEP(lane[p]);
+                            }
+                    }
+                    /* the scales of sub-blocks 2 l and 2 l + 1 times -32 (|.| <= 4096) as int16 pairs, for the
+                       codes' -32: minus 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1) in lane l */
+                    const pv_i neg32 = PV_NEG32_PAIRS(PV_I8PAIRS(blk + PYLLAMA_K6_SC + 32 * l + 2 * lane0));
+                    for (int p = 0; p < P; p++) {
+                        const pv_i sum = PV_DOT2(lane[p], neg32, PV_SET32(pyllama_i32_at(a[p].bsums + 16 * b + 2 * l)));
+                        acc[p][l] = PV_FMA(d[p], PV_CVT(sum), acc[p][l]);
+                    }
                 }
             }
         }
