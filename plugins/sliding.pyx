@@ -7,7 +7,10 @@ runs at any length (``max_positions`` is unbounded; the engine computes RoPE row
 context on the fly).
 
 Rows are gathered in ascending position order and attended by the shared routine, so with
-N >= the sequence length this is ``causal`` bit for bit, and ``sink:0,N`` is ``sliding:N``. On a
+N >= the sequence length this is ``causal`` bit for bit, and ``sink:0,N`` is ``sliding:N``. A block of
+positions that the window holds whole (no row overwritten yet, none hidden by the model's window) is
+attended as ``causal`` attends one (``attend_prefix``: each head's queries together over the ring's
+first rows, which are positions 0 ..); past that, one position at a time. On a
 model's sliding-window layer (Gemma 3's local layers) it keeps the last min(N, the model's window)
 positions: it applies its own window within the model's.
 """
@@ -15,6 +18,7 @@ positions: it applies its own window within the model's.
 from cython.parallel cimport prange
 
 from pyllama.attention.base cimport threads_for
+from pyllama.attention.gather cimport BLOCK_QUERIES
 from pyllama.attention.window cimport WindowAttention
 
 from pyllama.attention.base import UNBOUNDED
@@ -38,11 +42,11 @@ cdef class Sliding(WindowAttention):
 
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
-        return self.window_bytes(config, int(self.window), 1, 0)
+        return self.window_bytes(config, int(self.window), 1, 0, BLOCK_QUERIES * int(self.window))
 
     def init(self, config, pool):
         require_memory("sliding", f"window={int(self.window):,}", self.planned_bytes(config))
-        self.init_window(config, self.window, 1, 0)
+        self.init_window(config, self.window, 1, 0, BLOCK_QUERIES * self.window)
 
     def memory_bytes(self):
         # keys and values of the rows in use, summed over the layers
@@ -61,4 +65,22 @@ cdef class Sliding(WindowAttention):
             self.take_window(self.kptr + h * W, self.vptr + h * W, NULL, 0, layer, start, n,
                              (h // self.kv_mul) * self.head_dim)
             self.attend_gathered(h, q, NULL, n, out)
+        return 0
+
+    cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                            float* out) except -1 nogil:
+        cdef Py_ssize_t i, off, q_dim = self.n_heads * self.head_dim
+        cdef int h, hd = self.head_dim
+        cdef long long model_window = self.model_window[layer]
+        if pos + n > self.window or (model_window > 0 and pos + n > model_window):
+            for i in range(n):  # a row is overwritten or hidden within the block: one position at a time
+                self.attend_c(layer, pos + i, q + i * q_dim, k + i * self.kv_dim, v + i * self.kv_dim,
+                              out + i * q_dim)
+            return 0
+        for i in range(n):
+            self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)  # position t in ring row t
+        for h in prange(self.n_heads, schedule="static",
+                        num_threads=threads_for(self.n_threads, (pos + n) * n * self.n_heads * hd)):
+            off = layer * self.window * self.kv_dim + (h // self.kv_mul) * hd
+            self.attend_prefix(h, q, self.ring_k + off, self.ring_v + off, self.kv_dim, pos, n, out)
         return 0

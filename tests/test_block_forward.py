@@ -116,6 +116,17 @@ def test_block_logits_equal_per_position_logits(models, name, threads, parallel_
     _check_logits(models(name), "causal", threads, [1, 7, 64, 0], n=80)
 
 
+@pytest.mark.parametrize("name", ["stories260K", "quant/tiny-llama-q4_0.gguf", "stories260K-q8_0.gguf"])
+def test_sliding_blocks_the_window_holds_whole_attend_as_causal_does(models, name, parallel_always):
+    # sliding attends a block its window holds whole as causal does (its queries together); a block
+    # within which the ring wraps, one position at a time: blocks of 7 and 64 over a window of 100
+    # take both ways (64 + 64 crosses 100), and the bits are the per-position ones either way
+    model = models(name)
+    _check_logits(model, "sliding:100", 2, [7, 64, 100, 0])
+    tokens = _tokens(model, N_TOKENS)
+    assert _same_bits(_blocks(model, "sliding:200", tokens, 2, 64), _per_position(model, "causal", tokens, 2))
+
+
 @pytest.mark.parametrize("name", ["stories260K", "quant/tiny-llama-q4_k_m.gguf"])
 def test_long_prompt_last_logits(models, name):
     """Without a logits array, only the last block applies the classifier: the last position's logits

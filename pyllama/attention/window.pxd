@@ -24,7 +24,8 @@ cdef class WindowAttention(GatherAttention):
     cdef float* rope_sin
     cdef RopeSpec rope
 
-    cdef int init_window(self, config, long long rows, int counters, long long n_shifted) except -1
+    cdef int init_window(self, config, long long rows, int counters, long long n_shifted,
+                         long long score_rows=*) except -1
     cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil
     cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil
     cdef const float* moved(self, const float* keys, long long n, long long delta, long long dst) noexcept nogil

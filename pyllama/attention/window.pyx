@@ -44,12 +44,12 @@ def sink_window_knobs(sinks, window, kept="kept"):
 cdef class WindowAttention(GatherAttention):
     """Base of the memories that keep sinks + a window exact (see the module docstring)."""
 
-    def window_bytes(self, config, rows, counters, n_shifted):
+    def window_bytes(self, config, rows, counters, n_shifted, score_rows=0):
         """What ``init_window`` allocates for these arguments (Python integers: no overflow)."""
         S, W, L, kv = int(self.sinks), int(self.window), config.n_layers, config.kv_dim
         shift = n_shifted * kv * 4 + 2 * max(config.n_rot // 2, 1) * 4 if n_shifted > 0 else 0
         windows = L * 8  # model_window: each layer's own window, int64
-        return gather_bytes(config, rows, counters) + 2 * L * (max(S, 1) + W) * kv * 4 + shift + windows
+        return gather_bytes(config, rows, counters, score_rows) + 2 * L * (max(S, 1) + W) * kv * 4 + shift + windows
 
     def held_exact(self):
         """Per layer, the positions the sinks and the window hold now within the model's window (int64)."""
@@ -71,11 +71,13 @@ cdef class WindowAttention(GatherAttention):
         held = np.concatenate([np.arange(first, n_sink), np.arange(start, start + n_ring)]).astype(np.int64)
         return [held.copy() for _ in range(self.n_kv_heads)]
 
-    cdef int init_window(self, config, long long rows, int counters, long long n_shifted) except -1:
-        """init_gather, then the sink and ring rows; n_shifted > 0: that many scratch rows for ``moved``."""
+    cdef int init_window(self, config, long long rows, int counters, long long n_shifted,
+                         long long score_rows=0) except -1:
+        """init_gather, then the sink and ring rows; n_shifted > 0: that many scratch rows for ``moved``;
+        score_rows: init_gather's, for a plugin that attends a block's queries together."""
         cdef Py_ssize_t half = max(config.n_rot // 2, 1)
         L, kv = config.n_layers, config.kv_dim
-        self.init_gather(config, rows, counters)
+        self.init_gather(config, rows, counters, score_rows)
         self.rope = rope_spec_of(config, config.rope_theta)
         windows = getattr(config, "layer_windows", ()) or (0,) * L
         self.model_window = <long long*>self.own(np.asarray(windows, dtype=np.int64))
