@@ -29,6 +29,7 @@ LAZY: dict[tuple[str, str], str] = {
     ("pyllama.diff.report", "pandas"): "pandas, only for a report's DataFrame",
     ("pyllama.sweep.table", "pandas"): "pandas, only for the results' DataFrame",
     ("pyllama.sweep.runner", "pandas"): "pandas, only for the DataFrame a dry run returns",
+    ("pyllama.leaderboard.cost", "pandas"): "pandas, only for the DataFrame a dry run returns",
     ("pyllama.sweep.table", "pyarrow"): "pyarrow, only when per-position tables are written",
     ("pyllama.sweep.cluster", "distributed"): "Dask, only when a sweep starts a cluster",
     ("pyllama.hub", "tqdm"): "the progress bar, only when a download runs",

@@ -13,10 +13,12 @@ and ratio starts from it (``starts``) and runs only the question and the answer
 ``board``: what a board is and its checks; ``methods``: a method at a ratio as a spec; ``record``
 and ``starts``: the context run once and how each branch starts from it; ``unit``: one sample, its
 context and all its branches, a row each; ``runner``: planning, Dask, resume; ``report``: the table,
-Markdown and figure; ``stability``: the samples a score needs.
+Markdown and figure; ``stability``: the samples a score needs; ``cost``: what a board will cost
+(``--dry-run``).
 """
 
 from pyllama.leaderboard.board import DEFAULT_SAMPLES, Board, BoardError, load_board, quick_board
+from pyllama.leaderboard.cost import dry_run
 from pyllama.leaderboard.methods import method_spec, ratio_methods
 from pyllama.leaderboard.record import ContextRecord, record_bytes
 from pyllama.leaderboard.report import board_points, figure, markdown
@@ -32,6 +34,7 @@ __all__ = [
     "Stability",
     "Unit",
     "board_points",
+    "dry_run",
     "figure",
     "load_board",
     "markdown",

@@ -13,10 +13,12 @@ import click
 from pyllama.cli.shared import tokenizer_option
 from pyllama.errors import InputError
 from pyllama.leaderboard.board import DEFAULT_RATIOS, DEFAULT_SAMPLES, Board, quick_board
+from pyllama.leaderboard.cost import dry_run as plan_costs
 from pyllama.leaderboard.report import MARKDOWN
 from pyllama.leaderboard.runner import run
 from pyllama.leaderboard.stability import samples_needed
 from pyllama.outputs import check_outputs
+from pyllama.sweep.cluster import local_size
 from pyllama.sweep.study import plural
 from pyllama.sweep.table import CSV, TABLE
 
@@ -117,6 +119,12 @@ def _comma_list(convert):
     help=f"Run nothing: from --out's table, how many samples each score needs to rank the methods "
     f"stably ({STABILITY_MD}, {STABILITY_PNG}).",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Run no branch: each model and length's units, their branches by how they start and the estimated "
+    "CPU time (one sample's context timed per model and length), and what --out holds already.",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar as samples finish (default: on a terminal).")
 def leaderboard(
     models,
@@ -134,6 +142,7 @@ def leaderboard(
     threads_per_unit,
     resume,
     samples_needed,
+    dry_run,
     progress,
 ):
     """RULER's synthetic tasks scored for every method at every compression ratio: the table, the
@@ -170,7 +179,30 @@ def leaderboard(
             tokenizer,
             source="leaderboard",
         )
+    if dry_run:
+        echo_dry_run(board, out, workers, threads_per_unit)
+        return
     run_board(board, out, scheduler, workers, threads_per_unit, resume, progress)
+
+
+def echo_dry_run(board: Board, out: str, workers: int | None, threads_per_unit: int | None) -> None:
+    """Say what ``board`` would run and cost on the local cluster ``run`` would start (``--dry-run``)."""
+    n_workers, threads = local_size(workers, threads_per_unit)
+    df = plan_costs(board, threads, out)
+    ways = [c for c in df.columns if c.endswith("_branches")]
+    for (model, length), group in df.groupby(["model", "length"], sort=False):
+        counts = ", ".join(f"{int(group[c].sum()):,} {c.removesuffix('_branches')}" for c in ways)
+        click.echo(
+            f"{model}, {length:,} tokens: {plural(len(group), 'unit')}, {int(group['branches'].sum()):,} branches "
+            f"({counts}, the rest causal's); a unit about {group['passes'].mean():.1f} context passes, "
+            f"{group['est_cpu_seconds'].mean():,.1f} CPU s with {plural(threads, 'thread')}"
+        )
+    total = df["est_cpu_seconds"].sum()
+    rows, done = int(df["branches"].sum()), int(df["done"].sum())
+    click.echo(
+        f"board: {plural(len(df), 'unit')}, {rows:,} rows ({done:,} already in {out}): about "
+        f"{total / 3600:,.1f} CPU hours, {total / 3600 / n_workers:,.1f} hours on {plural(n_workers, 'worker')}"
+    )
 
 
 def run_board(board: Board, out: str, scheduler, workers, threads_per_unit, resume: bool, progress) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from pyllama.leaderboard.board import is_board_file, load_board
-from pyllama.leaderboard.cli import run_board
+from pyllama.leaderboard.cli import echo_dry_run, run_board
 from pyllama.sweep.runner import dry_run as plan_costs
 from pyllama.sweep.runner import run
 from pyllama.sweep.study import load_study, plural
@@ -89,8 +89,11 @@ def sweep(study, out, scheduler, workers, threads_per_cell, resume, dry_run, per
     """
     out = out or str(Path(study).with_suffix(""))
     if is_board_file(study):
-        if dry_run or per_position:
-            raise click.UsageError("a [leaderboard] file takes neither --dry-run nor --per-position")
+        if per_position:
+            raise click.UsageError("a [leaderboard] file takes no --per-position (its rows are per sample)")
+        if dry_run:
+            echo_dry_run(load_board(study), out, workers, threads_per_cell)
+            return
         run_board(load_board(study), out, scheduler, workers, threads_per_cell, resume, progress)
         return
     loaded = load_study(study)

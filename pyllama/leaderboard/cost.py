@@ -1,0 +1,104 @@
+"""What a leaderboard will cost, for ``--dry-run``: every unit's branches by how they start, counted in
+context passes, and seconds from one context pass timed on this machine.
+
+A unit runs its sample's context once through ``causal``, recorded, then every branch (``starts.py``).
+Counted in passes of that context (``WAY_PASSES``: two units of the default board on
+SmolLM2-135M-Instruct at 4,096 tokens, each branch's CPU seconds over its unit's recorded context,
+docs/leaderboard.md): ``causal``'s own branch continues the recorded engine through the question and
+answer; a branch from the record builds its state with ``start_from`` and runs the question and answer;
+a replayed branch makes its attention calls over the context again; a whole run is the sequence and
+the greedy answer. The seconds of one pass are timed here, once per model and length: the first unit's
+context recorded as a unit records it, with the unit's threads. How a branch compares with a pass
+differs from model to model and length to length (attention grows with the length where the weights
+do not; at 2,048 tokens a whole run was 1.2 passes), so the estimate is a plan's order of magnitude.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from pyllama.diff.branch import answer_positions
+from pyllama.diff.probes import load_probe
+from pyllama.engine import Engine
+from pyllama.leaderboard.board import Board, load_board
+from pyllama.leaderboard.methods import CEILING, method_spec
+from pyllama.leaderboard.record import ContextRecord
+from pyllama.leaderboard.runner import plan_board
+from pyllama.leaderboard.starts import WAYS, branch_way
+from pyllama.leaderboard.unit import Unit, sized_plugin
+from pyllama.sweep.cell import pinned_threads, worker_model
+from pyllama.sweep.table import RowStore
+
+__all__ = ["CEILING_PASSES", "WAY_PASSES", "dry_run", "unit_ways"]
+
+CEILING_PASSES = 0.04  # causal's branch: the question and the answer after the recorded context
+WAY_PASSES = {"record": 0.1, "replay": 0.56, "whole": 1.48, "refused": 0.0}  # a branch that starts this way
+
+
+def unit_ways(unit: Unit) -> tuple[int, dict[str, int]]:
+    """The unit's context positions and how many of its branches start each way (``causal``'s aside;
+    ``refused``: the plugin refuses the method's spec at this size, a row that holds its error)."""
+    model = worker_model(unit.model, unit.tokenizer)
+    (seg,) = load_probe(unit.probe, model.tokenizer, model.config.seq_len).segments
+    context = seg.context_end + 1
+    positions = min(answer_positions(seg), model.config.seq_len)
+    ways = dict.fromkeys((*WAYS, "refused"), 0)
+    for branch in unit.branches:
+        if branch.method == CEILING:
+            continue
+        try:
+            plugin = sized_plugin(method_spec(branch.method, branch.ratio, context), positions)
+        except Exception:  # the board writes this row with the plugin's error and goes on: no cost
+            ways["refused"] += 1
+            continue
+        ways[branch_way(plugin)] += 1
+    return context, ways
+
+
+def _pass_seconds(unit: Unit, threads: int) -> float:
+    """CPU seconds of the unit's context recorded through ``causal``, as ``run_unit`` records it."""
+    model = worker_model(unit.model, unit.tokenizer)
+    (seg,) = load_probe(unit.probe, model.tokenizer, model.config.seq_len).segments
+    positions = min(answer_positions(seg), model.config.seq_len)
+    with pinned_threads(threads):
+        causal = Engine(model.config, model.weights, sized_plugin(CEILING, positions), threads)
+        c0 = time.process_time()
+        ContextRecord.run(causal, seg.tokens[: seg.context_end + 1])
+        return time.process_time() - c0
+
+
+def dry_run(board: Board | dict | str | os.PathLike, threads_per_unit: int = 1, out: str | os.PathLike | None = None):
+    """The units of ``board`` with their estimated cost, running no branch: a DataFrame with a row per
+    unit (its context positions, its branches by way, its ``passes``, ``est_cpu_seconds`` with
+    ``threads_per_unit`` threads, and ``done``: its rows already in ``out``'s table)."""
+    import pandas as pd  # lazy: pandas only for the DataFrame a dry run returns
+
+    if not isinstance(board, Board):
+        board = load_board(board)
+    plan = plan_board(board)
+    store = RowStore(out, resume=True) if out is not None and os.path.isdir(out) else RowStore(None)
+    timed: dict[tuple[str, int], float] = {}
+    rows: list[dict[str, Any]] = []
+    for unit in plan.units:
+        try:
+            context, ways = unit_ways(unit)
+        except Exception:  # the sample itself fails (run_unit writes every row with why): no cost
+            context, ways = 0, dict.fromkeys((*WAYS, "refused"), 0) | {"refused": len(unit.branches)}
+        if context and (unit.model, unit.length) not in timed:
+            timed[(unit.model, unit.length)] = _pass_seconds(unit, threads_per_unit)
+        ceiling = sum(b.method == CEILING for b in unit.branches) if context else 0
+        passes = (1.0 + CEILING_PASSES * ceiling if context else 0.0) + sum(WAY_PASSES[w] * n for w, n in ways.items())
+        rows.append(
+            dict(
+                unit.columns(),
+                context=context,
+                branches=len(unit.branches),
+                **{f"{w}_branches": n for w, n in ways.items()},
+                passes=passes,
+                est_cpu_seconds=passes * timed.get((unit.model, unit.length), 0.0),
+                done=sum(store.done(b.key) for b in unit.branches),
+            )
+        )
+    return pd.DataFrame(rows)

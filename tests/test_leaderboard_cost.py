@@ -1,0 +1,86 @@
+"""``pyllama leaderboard --dry-run``: each unit's branches counted by the way the board runs them, its
+estimated cost from the cost model, the rows already done, and the command's summary."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from conftest import shared_file
+
+from pyllama.cli import main
+from pyllama.leaderboard import Board, plan_board, run_unit
+from pyllama.leaderboard.cost import CEILING_PASSES, WAY_PASSES, dry_run
+from pyllama.sweep.table import RowStore
+
+
+def board(**extra) -> Board:
+    values = dict(
+        models=[str(shared_file("stories260K.bin"))],
+        methods=["snapkv", "sink", "quest"],
+        ratios=[0.0, 0.5, 0.9],
+        tasks=["niah_single_1"],
+        lengths=[300],
+        samples=2,
+        tokenizer=str(shared_file("tok512.bin")),
+    )
+    values.update(extra)
+    return Board(**values)
+
+
+def test_a_dry_run_counts_each_unit_s_branches_as_its_run_starts_them():
+    b = board()
+    df = dry_run(b)
+    plan = plan_board(b)
+    assert len(df) == len(plan.units)
+    for unit, (_, est) in zip(plan.units, df.iterrows(), strict=True):
+        rows = run_unit(unit, threads=1)
+        for way in ("record", "replay", "whole"):
+            assert est[f"{way}_branches"] == sum(r.get("way") == way for r in rows), (unit.seed, way)
+        assert est["refused_branches"] == sum(r["error"] is not None for r in rows)
+        assert est["context"] == rows[0]["context"]
+        ceiling = sum(r.get("way") == "context" for r in rows)
+        want = 1.0 + CEILING_PASSES * ceiling + sum(WAY_PASSES[w] * est[f"{w}_branches"] for w in WAY_PASSES)
+        assert est["passes"] == pytest.approx(want)
+        assert est["est_cpu_seconds"] > 0.0
+    # one context pass is timed per model and length: every unit's seconds are its passes times it
+    per_pass = df["est_cpu_seconds"] / df["passes"]
+    assert per_pass.max() == pytest.approx(per_pass.min())
+
+
+def test_a_dry_run_counts_the_rows_already_in_out(tmp_path):
+    b = board(samples=1)
+    (unit,) = plan_board(b).units
+    store = RowStore(tmp_path, resume=False)
+    for row in run_unit(unit, threads=1)[:3]:
+        store.append(row)
+    df = dry_run(b, out=tmp_path)
+    assert list(df["done"]) == [3]
+
+
+def test_the_command_says_what_the_board_would_cost_and_runs_nothing(tmp_path):
+    out = tmp_path / "board"
+    args = ["leaderboard", "-c", str(shared_file("stories260K.bin")), "-z", str(shared_file("tok512.bin"))]
+    args += ["--methods", "snapkv,sink", "--ratios", "0,0.5", "--tasks", "niah_single_1", "--lengths", "300"]
+    args += ["--samples", "2", "--out", str(out), "--dry-run", "--workers", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith(
+        "stories260K.bin, 300 tokens: 2 units, 6 branches (2 record, 0 replay, 2 whole, 0 refused"
+    )
+    assert lines[-1].startswith("board: 2 units, 6 rows (0 already in") and "on 2 workers" in lines[-1]
+    assert not out.exists()  # a dry run writes nothing
+
+
+def test_a_board_file_s_dry_run_through_sweep_says_the_same(tmp_path):
+    study = tmp_path / "board.toml"
+    study.write_text(
+        "[leaderboard]\n"
+        f'models = ["{shared_file("stories260K.bin")}"]\n'
+        f'tokenizer = "{shared_file("tok512.bin")}"\n'
+        'methods = ["snapkv", "sink"]\nratios = [0, 0.5]\ntasks = ["niah_single_1"]\nlengths = [300]\nsamples = 2\n'
+    )
+    result = CliRunner().invoke(main, ["sweep", str(study), "--dry-run", "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert "2 units, 6 branches (2 record, 0 replay, 2 whole, 0 refused" in result.output
+    assert not (tmp_path / "board").exists()
