@@ -268,7 +268,7 @@ static void pyllama_q8_0_tile_u(const uint8_t* w, ptrdiff_t row_bytes, const int
 /* x[n] (n a multiple of 32) -> int8 q[n] and one scale per block (the fp16 scale as float32) */
 static inline void pyllama_quantize_q8_0(int8_t* q, float* scales, const float* x, ptrdiff_t n) {
     for (ptrdiff_t b = 0; b < n / 32; b++) {
-        const float amax = pyllama_absmax32(x + 32 * b);
+        const float amax = pyllama_absmax(x + 32 * b, 32);
         /* ggml stores d = amax / 127 as fp16; the dot product reads it back as float32 */
         scales[b] = pyllama_half_to_float(pyllama_float_to_half(amax / 127.0f));
         const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;

@@ -100,20 +100,23 @@ static inline float pyllama_half_at(const uint8_t* p) {
     return pyllama_qh2f(h);
 }
 
-/* max |x| over a 32-value block (Q8_0, Q8_1; a NaN is passed over, as in pyllama_absmax_q8_k) */
-static inline float pyllama_absmax32(const float* x) {
+/* max |x| over n values, n a multiple of 16 (a Q8_0 / Q8_1 block of 32, a Q8_K block of 256; a NaN is
+   passed over, as the scalar comparison does) */
+static inline __attribute__((always_inline)) float pyllama_absmax(const float* x, const int n) {
 #if PYLLAMA_QBLOCKS_AVX512
-    return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16)), _mm512_abs_ps(_mm512_loadu_ps(x))));
+    __m512 m = _mm512_setzero_ps();
+    for (int k = 0; k < n; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
+    return _mm512_reduce_max_ps(m);
 #elif PYLLAMA_QBLOCKS_AVX2
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < PYLLAMA_QK; k += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), m);
+    for (int k = 0; k < n; k += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), m);
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     return _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
 #else
     float amax = 0.0f;
-    for (int k = 0; k < PYLLAMA_QK; k++)
+    for (int k = 0; k < n; k++)
         if (fabsf(x[k]) > amax) amax = fabsf(x[k]);
     return amax;
 #endif
@@ -156,34 +159,13 @@ static inline int32_t pyllama_round32(int8_t* q, const float* x, float inv) {
 static inline void pyllama_quantize_q8_1(int8_t* q, float* d, float* s, const float* x, ptrdiff_t n) {
     for (ptrdiff_t b = 0; b < n / PYLLAMA_QK; b++) {
         const float* xb = x + PYLLAMA_QK * b;
-        const float amax = pyllama_absmax32(xb);
+        const float amax = pyllama_absmax(xb, PYLLAMA_QK);
         const float db = amax / 127.0f;
         const float inv = amax != 0.0f ? 127.0f / amax : 0.0f;
         const int32_t sum = pyllama_round32(q + PYLLAMA_QK * b, xb, inv);
         d[b] = pyllama_qh2f(pyllama_qf2h(db));
         s[b] = pyllama_qh2f(pyllama_qf2h(db * (float)sum));
     }
-}
-
-/* max |x| over a Q8_K block (a NaN is passed over, as the scalar comparison does) */
-static inline float pyllama_absmax_q8_k(const float* x) {
-#if PYLLAMA_QBLOCKS_AVX512
-    __m512 m = _mm512_setzero_ps();
-    for (int k = 0; k < PYLLAMA_QK_K; k += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + k)), m);
-    return _mm512_reduce_max_ps(m);
-#elif PYLLAMA_QBLOCKS_AVX2
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < PYLLAMA_QK_K; k += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)), m);
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    return _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
-#else
-    float amax = 0.0f;
-    for (int k = 0; k < PYLLAMA_QK_K; k++)
-        if (fabsf(x[k]) > amax) amax = fabsf(x[k]);
-    return amax;
-#endif
 }
 
 /* q = min(127, nearest-even(iscale * x)) over a Q8_K block and the sums of each 16 q (the vector paths
@@ -230,7 +212,7 @@ static inline void pyllama_quantize_q8_k(int8_t* q, float* d, int16_t* bsums, co
     for (ptrdiff_t b = 0; b < n / PYLLAMA_QK_K; b++) {
         const float* xb = x + PYLLAMA_QK_K * b;
         int8_t* qb = q + PYLLAMA_QK_K * b;
-        const float amax = pyllama_absmax_q8_k(xb);
+        const float amax = pyllama_absmax(xb, PYLLAMA_QK_K);
         if (amax == 0.0f) {
             memset(qb, 0, PYLLAMA_QK_K);
             for (int j = 0; j < 16; j++) bsums[16 * b + j] = 0;
