@@ -17,7 +17,7 @@ positions: it applies its own window within the model's.
 
 from cython.parallel cimport prange
 
-from pyllama.attention.base cimport threads_for
+from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.gather cimport BLOCK_QUERIES
 from pyllama.attention.window cimport WindowAttention
 
@@ -69,14 +69,12 @@ cdef class Sliding(WindowAttention):
 
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
                             float* out) except -1 nogil:
-        cdef Py_ssize_t i, off, q_dim = self.n_heads * self.head_dim
+        cdef Py_ssize_t i, off
         cdef int h, hd = self.head_dim
         cdef long long model_window = self.model_window[layer]
         if pos + n > self.window or (model_window > 0 and pos + n > model_window):
-            for i in range(n):  # a row is overwritten or hidden within the block: one position at a time
-                self.attend_c(layer, pos + i, q + i * q_dim, k + i * self.kv_dim, v + i * self.kv_dim,
-                              out + i * q_dim)
-            return 0
+            # a row is overwritten or hidden within the block: the base's, one position at a time
+            return Attention.attend_block_c(self, layer, pos, n, q, k, v, out)
         for i in range(n):
             self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)  # position t in ring row t
         for h in prange(self.n_heads, schedule="static",
