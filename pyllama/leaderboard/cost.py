@@ -17,51 +17,47 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyllama.diff.branch import answer_positions
-from pyllama.diff.probes import load_probe
 from pyllama.engine import Engine
 from pyllama.leaderboard.board import Board, load_board
 from pyllama.leaderboard.methods import CEILING, method_spec
 from pyllama.leaderboard.record import ContextRecord
 from pyllama.leaderboard.runner import plan_board
-from pyllama.leaderboard.starts import WAYS, branch_way
-from pyllama.leaderboard.unit import Unit, sized_plugin
-from pyllama.sweep.cell import pinned_threads, worker_model
+from pyllama.leaderboard.starts import branch_way
+from pyllama.leaderboard.unit import Unit, sized_plugin, unit_sample
+from pyllama.sweep.cell import pinned_threads
 from pyllama.sweep.table import RowStore
+
+if TYPE_CHECKING:
+    from pyllama.diff.probes.sequences import Segment
+    from pyllama.model import Model
 
 __all__ = ["CEILING_PASSES", "WAY_PASSES", "dry_run", "unit_ways"]
 
 CEILING_PASSES = 0.04  # causal's branch: the question and the answer after the recorded context
-WAY_PASSES = {"record": 0.1, "replay": 0.56, "whole": 1.48, "refused": 0.0}  # a branch that starts this way
+# a branch that starts this way (starts.WAYS), or that its plugin refuses
+WAY_PASSES = {"record": 0.1, "replay": 0.56, "whole": 1.48, "refused": 0.0}
 
 
-def unit_ways(unit: Unit) -> tuple[int, dict[str, int]]:
-    """The unit's context positions and how many of its branches start each way (``causal``'s aside;
-    ``refused``: the plugin refuses the method's spec at this size, a row that holds its error)."""
-    model = worker_model(unit.model, unit.tokenizer)
-    (seg,) = load_probe(unit.probe, model.tokenizer, model.config.seq_len).segments
-    context = seg.context_end + 1
-    positions = min(answer_positions(seg), model.config.seq_len)
-    ways = dict.fromkeys((*WAYS, "refused"), 0)
+def unit_ways(unit: Unit, seg: Segment, positions: int) -> dict[str, int]:
+    """How many of the unit's branches start each way on its sample ``seg`` (``unit_sample``), ``causal``'s
+    aside; ``refused``: the plugin refuses the method's spec at this size, a row that holds its error."""
+    ways = dict.fromkeys(WAY_PASSES, 0)
     for branch in unit.branches:
         if branch.method == CEILING:
             continue
         try:
-            plugin = sized_plugin(method_spec(branch.method, branch.ratio, context), positions)
+            plugin = sized_plugin(method_spec(branch.method, branch.ratio, seg.context_end + 1), positions)
         except Exception:  # the board writes this row with the plugin's error and goes on: no cost
             ways["refused"] += 1
             continue
         ways[branch_way(plugin)] += 1
-    return context, ways
+    return ways
 
 
-def _pass_seconds(unit: Unit, threads: int) -> float:
-    """CPU seconds of the unit's context recorded through ``causal``, as ``run_unit`` records it."""
-    model = worker_model(unit.model, unit.tokenizer)
-    (seg,) = load_probe(unit.probe, model.tokenizer, model.config.seq_len).segments
-    positions = min(answer_positions(seg), model.config.seq_len)
+def _pass_seconds(model: Model, seg: Segment, positions: int, threads: int) -> float:
+    """CPU seconds of the sample's context recorded through ``causal``, as ``run_unit`` records it."""
     with pinned_threads(threads):
         causal = Engine(model.config, model.weights, sized_plugin(CEILING, positions), threads)
         c0 = time.process_time()
@@ -83,11 +79,13 @@ def dry_run(board: Board | dict | str | os.PathLike, threads_per_unit: int = 1, 
     rows: list[dict[str, Any]] = []
     for unit in plan.units:
         try:
-            context, ways = unit_ways(unit)
+            model, seg, positions = unit_sample(unit)
         except Exception:  # the sample itself fails (run_unit writes every row with why): no cost
-            context, ways = 0, dict.fromkeys((*WAYS, "refused"), 0) | {"refused": len(unit.branches)}
-        if context and (unit.model, unit.length) not in timed:
-            timed[(unit.model, unit.length)] = _pass_seconds(unit, threads_per_unit)
+            context, ways = 0, dict.fromkeys(WAY_PASSES, 0) | {"refused": len(unit.branches)}
+        else:
+            context, ways = seg.context_end + 1, unit_ways(unit, seg, positions)
+            if (unit.model, unit.length) not in timed:
+                timed[(unit.model, unit.length)] = _pass_seconds(model, seg, positions, threads_per_unit)
         ceiling = sum(b.method == CEILING for b in unit.branches) if context else 0
         passes = (1.0 + CEILING_PASSES * ceiling if context else 0.0) + sum(WAY_PASSES[w] * n for w, n in ways.items())
         rows.append(

@@ -20,7 +20,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyllama.attention.base import Attention
 from pyllama.attention.guard import plugin_calls, plugin_label
@@ -38,7 +38,11 @@ from pyllama.leaderboard.starts import Prefilled, ReplayAttention, branch_way, s
 from pyllama.sweep.cell import one_line, pinned_threads, worker_model
 from pyllama.version import __version__
 
-__all__ = ["Branch", "TIMING_COLUMNS", "Unit", "run_unit"]
+if TYPE_CHECKING:
+    from pyllama.diff.probes.sequences import Segment
+    from pyllama.model import Model
+
+__all__ = ["Branch", "TIMING_COLUMNS", "Unit", "run_unit", "sized_plugin", "unit_sample"]
 
 # what may differ between two runs of the same rows (the rest is a function of the unit)
 TIMING_COLUMNS = ("cpu_seconds", "seconds", "context_cpu_seconds", "context_seconds", "worker", "threads")
@@ -89,10 +93,8 @@ def run_unit(unit: Unit, threads: int = 1) -> list[dict[str, Any]]:
     base = unit.columns()
     try:
         with pinned_threads(threads):
-            model = worker_model(unit.model, unit.tokenizer)
-            (seg,) = load_probe(unit.probe, model.tokenizer, model.config.seq_len).segments
+            model, seg, positions = unit_sample(unit)
             context = seg.context_end + 1  # the context's positions; the event comes after the last
-            positions = min(answer_positions(seg), model.config.seq_len)
             causal = Engine(model.config, model.weights, sized_plugin(CEILING, positions), threads)
             record = ContextRecord.run(causal, seg.tokens[:context])
     except Exception as exc:  # the sample itself failed: every row of the unit says why
@@ -114,6 +116,14 @@ def run_unit(unit: Unit, threads: int = 1) -> list[dict[str, Any]]:
         with pinned_threads(threads):
             rows.append(_run_branch(model, seg, record, causal, branch, dict(base), threads, positions))
     return rows
+
+
+def unit_sample(unit: Unit) -> tuple[Model, Segment, int]:
+    """The unit's model (the process's, mapped once), its RULER sample, and the positions the sample's
+    runs reach (``answer_positions``, at most the model's context), to which its plugins are sized."""
+    model = worker_model(unit.model, unit.tokenizer)
+    (seg,) = load_probe(unit.probe, model.tokenizer, model.config.seq_len).segments
+    return model, seg, min(answer_positions(seg), model.config.seq_len)
 
 
 def sized_plugin(spec: str, positions: int) -> Attention:
