@@ -245,7 +245,7 @@ cdef class Lattice(WindowAttention):
         cdef const float* bias = self.bias if n_buck > 0 else NULL
 
         # shift: the rows before the exact tail move to the positions just before it
-        cdef const float* sink_keys = self.sink_k + layer * S * kv
+        cdef const float* sink_keys = self.sink_k + self.layer_at(layer)
         cdef const float* buck_keys[MAX_LEVELS]
         cdef long long offset = (pos + 1 - ns - n_ring) - n_sink - n_buck
         cdef long long start, count, b = 0

@@ -15,7 +15,9 @@ where they are and moving the s sink keys forward by the number of evicted posit
 ``delta`` (``WindowAttention.moved``), O(s) work instead of re-rotating the whole window.
 
 Rows are gathered in ascending position order (sinks, then window) and attended by the shared
-routine: with s + w >= the sequence length this is ``causal`` bit for bit (nothing is evicted, so
+routine; a block of positions that the sinks and the window hold whole (before the first eviction)
+is attended as ``causal`` attends one (``attend_held_block``: a layer's sink rows and ring are one
+buffer). With s + w >= the sequence length this is ``causal`` bit for bit (nothing is evicted, so
 ``shift`` changes nothing either), and ``sink:0,w`` is ``sliding:w``. On a model's sliding-window
 layer it keeps the sinks and window rows within the model's window (the sinks leave it once the
 sequence is longer than the window); ``shift`` there needs ``layers=global``.
@@ -23,7 +25,8 @@ sequence is longer than the window); ``shift`` there needs ``layers=global``.
 
 from cython.parallel cimport prange
 
-from pyllama.attention.base cimport threads_for
+from pyllama.attention.base cimport Attention, threads_for
+from pyllama.attention.gather cimport BLOCK_QUERIES
 from pyllama.attention.window cimport WindowAttention
 
 from pyllama.attention.base import UNBOUNDED
@@ -53,7 +56,8 @@ cdef class Sink(WindowAttention):
 
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
-        return self.window_bytes(config, int(self.sinks) + int(self.window), 1, int(self.sinks) if self.shift else 0)
+        rows = int(self.sinks) + int(self.window)
+        return self.window_bytes(config, rows, 1, int(self.sinks) if self.shift else 0, BLOCK_QUERIES * rows)
 
     def init(self, config, pool):
         if self.shift and any(getattr(config, "layer_windows", ())) and self.layer_policy == "all":
@@ -62,7 +66,8 @@ cdef class Sink(WindowAttention):
                 "add layers=global (the model's own window then runs those layers)"
             )
         require_memory("sink", f"sinks={int(self.sinks):,}, window={int(self.window):,}", self.planned_bytes(config))
-        self.init_window(config, self.sinks + self.window, 1, self.sinks if self.shift else 0)
+        rows = self.sinks + self.window
+        self.init_window(config, rows, 1, self.sinks if self.shift else 0, BLOCK_QUERIES * rows)
 
     def memory_bytes(self):
         # keys and values of the sink rows and window rows in use, summed over the layers
@@ -74,7 +79,7 @@ cdef class Sink(WindowAttention):
         self.keep(layer, pos, k, v)
         cdef long long first, n_sink, ring_start, n_ring
         self.visible_span(layer, pos, &first, &n_sink, &ring_start, &n_ring)
-        cdef const float* sink_keys = self.sink_k + layer * self.sinks * self.kv_dim
+        cdef const float* sink_keys = self.sink_k + self.layer_at(layer)
         cdef long long delta = ring_start - self.sinks if self.shift else 0
         if delta > 0 and n_sink > 0:  # StreamingLLM positions: sink keys move forward by the evicted count
             sink_keys = self.moved(sink_keys, n_sink, delta, 0)
@@ -88,4 +93,12 @@ cdef class Sink(WindowAttention):
             self.take_window(self.kptr + h * C, self.vptr + h * C, NULL, n_sink - first, layer, ring_start, n_ring,
                              off)
             self.attend_gathered(h, q, NULL, n, out)
+        return 0
+
+    cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                            float* out) except -1 nogil:
+        # before the first eviction the shift moves nothing (no position has left), so the held block is exact
+        if not self.attend_held_block(layer, pos, n, q, k, v, out):
+            # a row is overwritten or hidden within the block: the base's, one position at a time
+            return Attention.attend_block_c(self, layer, pos, n, q, k, v, out)
         return 0

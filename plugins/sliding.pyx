@@ -9,8 +9,8 @@ context on the fly).
 Rows are gathered in ascending position order and attended by the shared routine, so with
 N >= the sequence length this is ``causal`` bit for bit, and ``sink:0,N`` is ``sliding:N``. A block of
 positions that the window holds whole (no row overwritten yet, none hidden by the model's window) is
-attended as ``causal`` attends one (``attend_prefix``: each head's queries together over the ring's
-first rows, which are positions 0 ..); past that, one position at a time. On a
+attended as ``causal`` attends one (``attend_held_block``: each head's queries together over the
+ring's first rows, which are positions 0 ..); past that, one position at a time. On a
 model's sliding-window layer (Gemma 3's local layers) it keeps the last min(N, the model's window)
 positions: it applies its own window within the model's.
 """
@@ -69,16 +69,7 @@ cdef class Sliding(WindowAttention):
 
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
                             float* out) except -1 nogil:
-        cdef Py_ssize_t i, off
-        cdef int h, hd = self.head_dim
-        cdef long long model_window = self.model_window[layer]
-        if pos + n > self.window or (model_window > 0 and pos + n > model_window):
+        if not self.attend_held_block(layer, pos, n, q, k, v, out):
             # a row is overwritten or hidden within the block: the base's, one position at a time
             return Attention.attend_block_c(self, layer, pos, n, q, k, v, out)
-        for i in range(n):
-            self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)  # position t in ring row t
-        for h in prange(self.n_heads, schedule="static",
-                        num_threads=threads_for(self.n_threads, (pos + n) * n * self.n_heads * hd)):
-            off = layer * self.window * self.kv_dim + (h // self.kv_mul) * hd
-            self.attend_prefix(h, q, self.ring_k + off, self.ring_v + off, self.kv_dim, pos, n, out)
         return 0

@@ -348,7 +348,7 @@ cdef class Tiered(WindowAttention):
             kp = self.kptr + h * R
             vp = self.vptr + h * R
             bias = self.bias + h * R
-            j = self.take_sinks(kp, vp, bias, 0, layer, self.sink_k + layer * self.sinks * kv, n_sink, off)
+            j = self.take_sinks(kp, vp, bias, 0, layer, self.sink_k + self.layer_at(layer), n_sink, off)
             if topk > 0:
                 self._choose_cold(h, layer, q + h * hd, n_cold, topk)
             for b in range(n_cold):

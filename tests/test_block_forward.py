@@ -116,15 +116,21 @@ def test_block_logits_equal_per_position_logits(models, name, threads, parallel_
     _check_logits(models(name), "causal", threads, [1, 7, 64, 0], n=80)
 
 
+# (the held spec: 100 rows, sinks and window; the spec that holds the whole sequence, equal to causal)
+HELD_WHOLE = [("sliding:100", "sliding:200"), ("sink:4,96", "sink:4,196"), ("sink:4,96,shift", "sink:4,196,shift")]
+
+
+@pytest.mark.parametrize(("spec", "roomy"), HELD_WHOLE)
 @pytest.mark.parametrize("name", ["stories260K", "quant/tiny-llama-q4_0.gguf", "stories260K-q8_0.gguf"])
-def test_sliding_blocks_the_window_holds_whole_attend_as_causal_does(models, name, parallel_always):
-    # sliding attends a block its window holds whole as causal does (its queries together); a block
-    # within which the ring wraps, one position at a time: blocks of 7 and 64 over a window of 100
-    # take both ways (64 + 64 crosses 100), and the bits are the per-position ones either way
+def test_windows_attend_a_block_they_hold_whole_as_causal_does(models, name, spec, roomy, parallel_always):
+    # sliding and sink attend a block their rows hold whole as causal does (its queries together); a
+    # block within which the ring wraps, one position at a time: blocks of 7 and 64 over 100 rows take
+    # both ways (64 + 64 crosses 100), and the bits are the per-position ones either way. A wrong row
+    # offset (sink's ring not right after its sink rows) fails it.
     model = models(name)
-    _check_logits(model, "sliding:100", 2, [7, 64, 100, 0])
+    _check_logits(model, spec, 2, [7, 64, 100, 0])
     tokens = _tokens(model, N_TOKENS)
-    assert _same_bits(_blocks(model, "sliding:200", tokens, 2, 64), _per_position(model, "causal", tokens, 2))
+    assert _same_bits(_blocks(model, roomy, tokens, 2, 64), _per_position(model, "causal", tokens, 2))
 
 
 @pytest.mark.parametrize("name", ["stories260K", "quant/tiny-llama-q4_k_m.gguf"])

@@ -15,9 +15,12 @@ cdef inline void kept_span(long long pos, long long sinks, long long window, lon
 cdef class WindowAttention(GatherAttention):
     cdef readonly long long sinks, window
     cdef long long* model_window  # [n_layers]: the model's own window on each layer (0: global)
-    cdef float* sink_k        # [n_layers, max(sinks, 1), kv_dim]: position t < sinks in row t
+    # one buffer each for keys and values, [n_layers, sinks + window, kv_dim]: a layer's sink rows, then its
+    # ring, so that positions 0 .. sinks + window - 1 sit in rows 0 .. of their layer until the ring wraps
+    cdef long long layer_rows     # sinks + window
+    cdef float* sink_k            # layer 0's sink rows: position t < sinks in row t
     cdef float* sink_v
-    cdef float* ring_k        # [n_layers, window, kv_dim]: position t >= sinks in row (t - sinks) % window
+    cdef float* ring_k            # layer 0's ring: position t >= sinks in row (t - sinks) % window
     cdef float* ring_v
     cdef float* shifted       # [n_shifted, kv_dim] this step's re-rotated keys (shift; NULL without)
     cdef float* rope_cos      # [n_rot / 2] the RoPE row of a position delta (shift)
@@ -27,7 +30,13 @@ cdef class WindowAttention(GatherAttention):
     cdef int init_window(self, config, long long rows, int counters, long long n_shifted,
                          long long score_rows=*) except -1
     cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil
+    cdef bint attend_held_block(self, int layer, long long pos, Py_ssize_t n, float* q, const float* k,
+                                const float* v, float* out) except -1 nogil
     cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil
+    cdef inline Py_ssize_t layer_at(self, int layer) noexcept nogil:
+        """Where layer's rows start in sink_k/sink_v and ring_k/ring_v (floats)."""
+        return layer * self.layer_rows * self.kv_dim
+
     cdef const float* moved(self, const float* keys, long long n, long long delta, long long dst) noexcept nogil
 
     cdef inline void visible_span(self, int layer, long long pos, long long* first_sink, long long* n_sink,
@@ -48,8 +57,8 @@ cdef class WindowAttention(GatherAttention):
     cdef inline long long take_sinks(self, const float** kp, const float** vp, float* bias, long long j, int layer,
                                      const float* sink_keys, long long n_sink, Py_ssize_t off) noexcept nogil:
         """Sink positions 0 .. n_sink - 1; sink_keys: this layer's sink keys (moved by ``moved`` or not)."""
-        return take_rows(kp, vp, bias, j, sink_keys + off, self.sink_v + layer * self.sinks * self.kv_dim + off,
-                         n_sink, self.kv_dim)
+        return take_rows(kp, vp, bias, j, sink_keys + off, self.sink_v + self.layer_at(layer) + off, n_sink,
+                         self.kv_dim)
 
     cdef inline long long take_sinks_from(self, const float** kp, const float** vp, float* bias, long long j,
                                           int layer, const float* sink_keys, long long first, long long n_sink,
@@ -58,12 +67,12 @@ cdef class WindowAttention(GatherAttention):
         cdef Py_ssize_t row = first * self.kv_dim + off
         if first >= n_sink:
             return j
-        return take_rows(kp, vp, bias, j, sink_keys + row, self.sink_v + layer * self.sinks * self.kv_dim + row,
+        return take_rows(kp, vp, bias, j, sink_keys + row, self.sink_v + self.layer_at(layer) + row,
                          n_sink - first, self.kv_dim)
 
     cdef inline long long take_window(self, const float** kp, const float** vp, float* bias, long long j, int layer,
                                       long long ring_start, long long n_ring, Py_ssize_t off) noexcept nogil:
         """The window: ascending positions ring_start .. ring_start + n_ring - 1."""
-        cdef Py_ssize_t layer_rows = layer * self.window * self.kv_dim + off
-        return take_ring(kp, vp, bias, j, self.ring_k + layer_rows, self.ring_v + layer_rows,
+        cdef Py_ssize_t at = self.layer_at(layer) + off
+        return take_ring(kp, vp, bias, j, self.ring_k + at, self.ring_v + at,
                          (ring_start - self.sinks) % self.window, n_ring, self.window, self.kv_dim)

@@ -1,9 +1,11 @@
 """The sinks + window base of the built-in memories: the part StreamingLLM, lattice and tiered share.
 
 Layout. Position t < ``sinks`` is kept exact in sink row t, a later one in ring row
-``(t - sinks) % window``: float32 ``[n_layers, max(sinks, 1), kv_dim]`` and ``[n_layers, window,
-kv_dim]``, keys and values each, allocated once by ``init_window`` with the row tables of
-``GatherAttention`` and its per-layer counters. ``keep(layer, pos, k, v)`` checks the order, stores
+``(t - sinks) % window``. A layer's sink rows and ring are one float32 ``[sinks + window, kv_dim]``
+(of ``[n_layers, sinks + window, kv_dim]``, keys and values each, allocated once by ``init_window``
+with the row tables of ``GatherAttention`` and its per-layer counters), so that until the ring
+wraps, position t is in the layer's row t: a block of positions is then attended as ``causal``
+attends one (``attend_held_block``). ``keep(layer, pos, k, v)`` checks the order, stores
 this position and, when its ring row still holds position ``pos - window`` (which leaves the window
 now), first hands that row to ``leave_window``: a no-op here, where a memory with an older tier
 (staging, buckets, quantised groups) takes the token. ``kept_span`` (window.pxd) says which
@@ -22,10 +24,12 @@ allocated here, so that knob values too large for the machine are refused before
 allocated (``pyllama.attention.memory``).
 """
 
+from cython.parallel cimport prange
 from libc.string cimport memcpy
 
 import numpy as np
 
+from pyllama.attention.base cimport threads_for
 from pyllama.attention.gather cimport GatherAttention
 from pyllama.kernels.rope cimport rope_spec_of, rope_row, rope_apply
 
@@ -49,7 +53,7 @@ cdef class WindowAttention(GatherAttention):
         S, W, L, kv = int(self.sinks), int(self.window), config.n_layers, config.kv_dim
         shift = n_shifted * kv * 4 + 2 * max(config.n_rot // 2, 1) * 4 if n_shifted > 0 else 0
         windows = L * 8  # model_window: each layer's own window, int64
-        return gather_bytes(config, rows, counters, score_rows) + 2 * L * (max(S, 1) + W) * kv * 4 + shift + windows
+        return gather_bytes(config, rows, counters, score_rows) + 2 * L * (S + W) * kv * 4 + shift + windows
 
     def held_exact(self):
         """Per layer, the positions the sinks and the window hold now within the model's window (int64)."""
@@ -81,11 +85,11 @@ cdef class WindowAttention(GatherAttention):
         self.rope = rope_spec_of(config, config.rope_theta)
         windows = getattr(config, "layer_windows", ()) or (0,) * L
         self.model_window = <long long*>self.own(np.asarray(windows, dtype=np.int64))
-        # max(…, 1): a valid pointer even for sinks=0
-        self.sink_k = <float*>self.own(np.zeros((L, max(self.sinks, 1), kv), dtype=np.float32))
-        self.sink_v = <float*>self.own(np.zeros((L, max(self.sinks, 1), kv), dtype=np.float32))
-        self.ring_k = <float*>self.own(np.zeros((L, self.window, kv), dtype=np.float32))
-        self.ring_v = <float*>self.own(np.zeros((L, self.window, kv), dtype=np.float32))
+        self.layer_rows = self.sinks + self.window
+        self.sink_k = <float*>self.own(np.zeros((L, self.layer_rows, kv), dtype=np.float32))
+        self.sink_v = <float*>self.own(np.zeros((L, self.layer_rows, kv), dtype=np.float32))
+        self.ring_k = self.sink_k + self.sinks * self.kv_dim
+        self.ring_v = self.sink_v + self.sinks * self.kv_dim
         self.shifted = NULL
         if n_shifted > 0:
             self.shifted = <float*>self.own(np.zeros((n_shifted, kv), dtype=np.float32))
@@ -101,11 +105,11 @@ cdef class WindowAttention(GatherAttention):
         cdef float* key_row
         cdef float* value_row
         if pos < S:
-            row = (layer * S + pos) * kv
+            row = self.layer_at(layer) + pos * kv
             key_row = self.sink_k + row
             value_row = self.sink_v + row
         else:
-            row = (layer * W + (pos - S) % W) * kv
+            row = self.layer_at(layer) + (pos - S) % W * kv
             key_row = self.ring_k + row
             value_row = self.ring_v + row
             if pos >= S + W:  # the row still holds position pos - W, which leaves the window now
@@ -114,6 +118,26 @@ cdef class WindowAttention(GatherAttention):
         memcpy(value_row, v, kv * sizeof(float))
         self.length[layer] = pos + 1
         return 0
+
+    cdef bint attend_held_block(self, int layer, long long pos, Py_ssize_t n, float* q, const float* k,
+                                const float* v, float* out) except -1 nogil:
+        """Keep and attend positions pos .. pos + n - 1 as causal does a block, if the sinks and the window
+        hold every position up to the block's last (no ring row overwritten, none hidden by the model's
+        window): each head's queries together over its layer's rows 0 .., which are then positions 0 ..
+        (``attend_prefix``). False, with nothing done, otherwise. The scores scratch must hold
+        BLOCK_QUERIES rows of sinks + window (init_window's score_rows)."""
+        cdef Py_ssize_t i, off
+        cdef int h, hd = self.head_dim
+        cdef long long model_window = self.model_window[layer]
+        if pos + n > self.layer_rows or (model_window > 0 and pos + n > model_window):
+            return False
+        for i in range(n):
+            self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)  # position t in row t
+        for h in prange(self.n_heads, schedule="static",
+                        num_threads=threads_for(self.n_threads, (pos + n) * n * self.n_heads * hd)):
+            off = self.layer_at(layer) + (h // self.kv_mul) * hd
+            self.attend_prefix(h, q, self.sink_k + off, self.sink_v + off, self.kv_dim, pos, n, out)
+        return True
 
     cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil:
         """A token leaves the window (its rows are overwritten right after): sinks + window forget it."""
