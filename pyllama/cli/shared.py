@@ -93,6 +93,28 @@ def compress_at_option(where: str):
     )
 
 
+def cluster_options(unit: str, workers_help: str, threads_help: str):
+    """--scheduler, --workers and --threads-per-UNIT, the Dask options of sweep and leaderboard (``unit``:
+    what one task of work is there, cell or unit)."""
+    options_ = [
+        click.option(
+            "--scheduler",
+            default=None,
+            metavar="tcp://HOST:8786",
+            help="A Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else a local cluster sized to this machine).",
+        ),
+        click.option("--workers", type=click.IntRange(min=1), default=None, help=workers_help),
+        click.option(f"--threads-per-{unit}", type=click.IntRange(min=1), default=None, help=threads_help),
+    ]
+
+    def decorate(command):
+        for option in reversed(options_):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 def steps_option(default: int | None, help: str):
     return click.option(
         "-n",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from pyllama.cli.shared import tokenizer_option
+from pyllama.cli.shared import cluster_options, tokenizer_option
 from pyllama.errors import InputError
 from pyllama.leaderboard.board import DEFAULT_RATIOS, DEFAULT_SAMPLES, Board, quick_board
 from pyllama.leaderboard.cost import dry_run as plan_costs
@@ -99,18 +99,10 @@ def _comma_list(convert):
     required=True,
     help="Folder for rows.jsonl, results.parquet/.csv, leaderboard.md and leaderboard.png.",
 )
-@click.option(
-    "--scheduler",
-    default=None,
-    metavar="tcp://HOST:8786",
-    help="A Dask scheduler (default: $DASK_SCHEDULER_ADDRESS, else a local cluster sized to this machine).",
-)
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes of the local cluster.")
-@click.option(
-    "--threads-per-unit",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Kernel threads of one sample's unit (results are identical for any count).",
+@cluster_options(
+    "unit",
+    "Worker processes of the local cluster.",
+    "Kernel threads of one sample's unit (results are identical for any count).",
 )
 @click.option("--resume", is_flag=True, help="Continue the table in --out: run only the rows not in it yet.")
 @click.option(

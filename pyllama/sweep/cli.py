@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from pyllama.cli.shared import cluster_options
 from pyllama.leaderboard.board import is_board_file, load_board
 from pyllama.leaderboard.cli import echo_dry_run, run_board
 from pyllama.sweep.runner import dry_run as plan_costs
@@ -31,23 +32,10 @@ EXIT_CELLS_FAILED = 1  # the table is written, but at least one cell's row holds
     help="Folder for rows.jsonl (each row as its cell finishes), results.parquet and results.csv "
     "(default: STUDY's name without .toml, beside it).",
 )
-@click.option(
-    "--scheduler",
-    default=None,
-    metavar="tcp://HOST:8786",
-    help="A Dask scheduler to run on (default: $DASK_SCHEDULER_ADDRESS, else a local cluster sized to this machine).",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Worker processes of the local cluster (workers × threads per cell: at most 4 per core).",
-)
-@click.option(
-    "--threads-per-cell",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Kernel threads of one diff (default: 1 with one worker per core; at most 4 per core, of the smallest "
+@cluster_options(
+    "cell",
+    "Worker processes of the local cluster (workers × threads per cell: at most 4 per core).",
+    "Kernel threads of one diff (default: 1 with one worker per core; at most 4 per core, of the smallest "
     "worker with --scheduler). Results are identical for any count.",
 )
 @click.option("--resume", is_flag=True, help="Continue the table in --out: run only the cells not in it yet.")
