@@ -6,8 +6,8 @@ allocated once in ``init``.
 ``positions`` defaults to the model's trained context (like llama2.c's run.c);
 ``causal:positions=N`` makes a larger cache, the reference for behaviour past the context.
 
-In a block of positions (``attend_block_c``) it stores the block's keys and values, then attends
-each head's queries together (``attend_prefix``, gather.pxd: ``attend_head_rows``, up to
+In a block of positions (``attend_block_c``: the base's ``attend_every_row``) it stores the block's
+keys and values, then attends each head's queries together (``attend_prefix``, gather.pxd: ``attend_head_rows``, up to
 ``BLOCK_QUERIES`` at a time): a long cache is then read once per group of queries instead of once
 per position, with the bits of one position at a time. The base's scores scratch is sized for that,
 ``[n_heads, BLOCK_QUERIES, positions]`` floats; one position at a time uses its first row.
@@ -62,12 +62,4 @@ cdef class Causal(DenseAttention):
 
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
                             float* out) except -1 nogil:
-        cdef Py_ssize_t i, off
-        cdef int h, hd = self.head_dim
-        for i in range(n):
-            self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)
-        for h in prange(self.n_heads, schedule="static",
-                        num_threads=threads_for(self.n_threads, (pos + n) * n * self.n_heads * hd)):
-            off = layer * self.positions * self.row_floats + (h // self.kv_mul) * hd
-            self.attend_prefix(h, q, self.keys + off, self.values + off, self.row_floats, pos, n, out)
-        return 0
+        return self.attend_every_row(layer, pos, n, q, k, v, out)

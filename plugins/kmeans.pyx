@@ -10,7 +10,8 @@ centroids, then ``iters`` Lloyd steps (assign each key to the nearest centroid i
 distance, move each centroid to the mean of its members). A key that leaves the window later is
 assigned to the nearest centroid and the centroid follows as a running mean; after ``recluster``
 such tokens the middle is clustered again from scratch. Clustering starts the first time the
-middle holds more than ``budget`` tokens; until then every position is attended. The random
+middle holds more than ``budget`` tokens; until then every position is attended (a block of
+positions as ``causal`` attends one: its queries together, the same bits). The random
 numbers come from a xorshift64* generator seeded from (``seed``, layer, KV head, how many times
 that layer has clustered), so results do not depend on the thread count and a sequence replays
 exactly after ``reset()``.
@@ -37,10 +38,10 @@ from libc.stdint cimport int32_t, uint64_t, uint8_t
 
 import numpy as np
 
-from pyllama.attention.base cimport threads_for
+from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.cluster cimport Clusters, ClusterScratch, add_member, cluster_rows, splitmix64
 from pyllama.attention.dense cimport DenseAttention
-from pyllama.attention.gather cimport sort_positions
+from pyllama.attention.gather cimport BLOCK_QUERIES, sort_positions
 from pyllama.attention.window cimport kept_span
 from pyllama.kernels.matvec cimport dot_f32
 
@@ -122,14 +123,14 @@ cdef class KMeans(DenseAttention):
         clusters = L * KVH * (C + E) * hd * 4 + L * KVH * C * (8 + 4 + 4 + 4)  # centroids, values, sizes, lists
         scratch = (H * P * 8 + H * 2 * 8 + 2 * KVH * P * 4 + 2 * KVH * C * hd * 8 + KVH * C * 8
                    + H * C * (4 + 4 + 1) + H * (P + C) * 4)
-        return self.dense_bytes(config, P + C, 5) + members + clusters + scratch
+        return self.dense_bytes(config, P + C, 5, BLOCK_QUERIES * P) + members + clusters + scratch
 
     def init(self, config, pool):
         require_memory("kmeans", f"positions={int(self.max_positions):,}, clusters={int(self.clusters):,}",
                        self.planned_bytes(config))
         cdef long long P = self.max_positions, C = self.clusters
         L, KVH, H, hd = config.n_layers, config.n_kv_heads, config.n_heads, config.head_dim
-        self.init_dense(config, P + C, 5)
+        self.init_dense(config, P + C, 5, BLOCK_QUERIES * P)  # a block's queries' scores: attend_block_c
         self.n_mid = self.length + self.n_layers
         self.since = self.length + 2 * self.n_layers
         self.epoch = self.length + 3 * self.n_layers
@@ -404,4 +405,24 @@ cdef class KMeans(DenseAttention):
             self.attend_gathered(h, q, bias if n_est > 0 else NULL, n, out)
         self.last_layer = layer
         self.last_pos = pos
+        return 0
+
+    cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                            float* out) except -1 nogil:
+        # Until the middle holds more than budget tokens (position sinks + window + budget) every position
+        # is attended, in order: causal's rows. A block that ends before then is attended as causal attends
+        # one; any other, one position at a time.
+        cdef long long i, start = self.sinks + self.window
+        cdef int h
+        if pos + n > start + self.budget:
+            return Attention.attend_block_c(self, layer, pos, n, q, k, v, out)
+        self.attend_every_row(layer, pos, n, q, k, v, out)
+        for i in range(pos, pos + n):
+            if i >= start:  # position i - window leaves the window and joins the middle (attend_c's count)
+                self.n_mid[layer] += 1
+        for h in range(self.n_heads):  # what attend_c leaves for selected() and estimated(): every row
+            self.last[h * 2] = -1
+            self.last[h * 2 + 1] = 0
+        self.last_layer = layer
+        self.last_pos = pos + n - 1
         return 0

@@ -116,17 +116,23 @@ def test_block_logits_equal_per_position_logits(models, name, threads, parallel_
     _check_logits(models(name), "causal", threads, [1, 7, 64, 0], n=80)
 
 
-# (the held spec: 100 rows, sinks and window; the spec that holds the whole sequence, equal to causal)
-HELD_WHOLE = [("sliding:100", "sliding:200"), ("sink:4,96", "sink:4,196"), ("sink:4,96,shift", "sink:4,196,shift")]
+# (a spec that attends every position up to position 100, then fewer; one that attends every position of
+# the sequence, equal to causal): sliding and sink's rows, kmeans before it clusters (sinks + window + budget)
+HELD_WHOLE = [
+    ("sliding:100", "sliding:200"),
+    ("sink:4,96", "sink:4,196"),
+    ("sink:4,96,shift", "sink:4,196,shift"),
+    ("kmeans:clusters=4,budget=88,sinks=4,window=8,recluster=16", "kmeans:clusters=4,budget=188,sinks=4,window=8"),
+]
 
 
 @pytest.mark.parametrize(("spec", "roomy"), HELD_WHOLE)
 @pytest.mark.parametrize("name", ["stories260K", "quant/tiny-llama-q4_0.gguf", "stories260K-q8_0.gguf"])
-def test_windows_attend_a_block_they_hold_whole_as_causal_does(models, name, spec, roomy, parallel_always):
-    # sliding and sink attend a block their rows hold whole as causal does (its queries together); a
-    # block within which the ring wraps, one position at a time: blocks of 7 and 64 over 100 rows take
-    # both ways (64 + 64 crosses 100), and the bits are the per-position ones either way. A wrong row
-    # offset (sink's ring not right after its sink rows) fails it.
+def test_blocks_attending_every_position_attend_as_causal_does(models, name, spec, roomy, parallel_always):
+    # sliding, sink and kmeans attend a block in which each position attends every one before it as causal
+    # does (its queries together); a block within which one leaves, one position at a time: blocks of 7
+    # and 64 against a limit of 100 take both ways (64 + 64 crosses 100), and the bits are the
+    # per-position ones either way. A wrong row offset (sink's ring not right after its sink rows) fails it.
     model = models(name)
     _check_logits(model, spec, 2, [7, 64, 100, 0])
     tokens = _tokens(model, N_TOKENS)

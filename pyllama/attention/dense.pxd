@@ -11,6 +11,8 @@ cdef class DenseAttention(GatherAttention):
 
     cdef int init_dense(self, config, long long rows, int counters, long long score_rows=*) except -1
     cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil
+    cdef int attend_every_row(self, int layer, long long pos, Py_ssize_t n, float* q, const float* k,
+                              const float* v, float* out) except -1 nogil
 
     # one head's rows, appended to kp/vp at j (see gather.pxd's take_*); off: the KV head's channels
     cdef inline long long take_positions(self, const float** kp, const float** vp, float* bias, long long j,

@@ -11,9 +11,11 @@ stores the position; ``take_positions`` and ``take_listed_positions`` (dense.pxd
 rows. ``dense_bytes`` is the plan of what ``init_dense`` allocates.
 """
 
+from cython.parallel cimport prange
 from libc.string cimport memcpy
 
 
+from pyllama.attention.base cimport threads_for
 from pyllama.attention.gather cimport GatherAttention
 
 from pyllama.attention.memory import gather_bytes
@@ -59,4 +61,19 @@ cdef class DenseAttention(GatherAttention):
         memcpy(self.keys + row, k, self.kv_dim * sizeof(float))
         memcpy(self.values + row, v, self.kv_dim * sizeof(float))
         self.length[layer] = pos + 1
+        return 0
+
+    cdef int attend_every_row(self, int layer, long long pos, Py_ssize_t n, float* q, const float* k,
+                              const float* v, float* out) except -1 nogil:
+        """Keep positions pos .. pos + n - 1, then attend each to every position up to itself: each head's
+        queries together (``attend_prefix``), with the bits of one position at a time. The scores scratch
+        must hold BLOCK_QUERIES rows of the positions (init_dense's score_rows)."""
+        cdef Py_ssize_t i, off
+        cdef int h, hd = self.head_dim
+        for i in range(n):
+            self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)
+        for h in prange(self.n_heads, schedule="static",
+                        num_threads=threads_for(self.n_threads, (pos + n) * n * self.n_heads * hd)):
+            off = layer * self.positions * self.row_floats + (h // self.kv_mul) * hd
+            self.attend_prefix(h, q, self.keys + off, self.values + off, self.row_floats, pos, n, out)
         return 0
