@@ -67,7 +67,10 @@ def plan_board(board: Board) -> BoardPlan:
                 raise board.fail("lengths", f"{length:,} is beyond {name}'s context of {model.config.seq_len:,}")
             for task in board.tasks:
                 _check_fits(board, model, task, length)
-                for seed in range(board.seed, board.seed + board.samples):
+            # sample by sample, every task of a sample before the next: a board stopped part way (and
+            # --resume'd) holds the same samples of every task
+            for seed in range(board.seed, board.seed + board.samples):
+                for task in board.tasks:
                     fields = dict(model=model_sha, tokenizer=tok_sha, task=task, length=length, seed=seed)
                     branches = [Branch(cell_key(**fields, method=CEILING, ratio=0.0), CEILING, 0.0)]
                     branches += [
