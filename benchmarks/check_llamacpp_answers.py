@@ -8,8 +8,8 @@ the engine's own passes, keeping each token's top-2 margin) and by ``llama-compl
 0``, flash attention off: pyllama's arithmetic is llama.cpp's without it) from a text that llama.cpp
 tokenizes back into the same ids, which is checked from its ``--verbose-prompt`` listing. Both
 answers are scored by RULER's ``string_match_all``. Printed: one line per task, both scores, how
-many of pyllama's answer tokens llama.cpp's answer agrees with, and pyllama's top-2 margin (nats) at
-the first token where they part.
+many of pyllama's answer tokens llama.cpp's answer agrees with (its text tokenised again), and
+pyllama's top-2 margin (nats) at the first token where they part.
 
     python benchmarks/check_llamacpp_answers.py --model SmolLM2-135M-Instruct.Q4_1.gguf \\
         --llama-completion PATH/llama-completion --length 4096
@@ -105,9 +105,14 @@ def main() -> None:
                                       args.threads, args.llama_args)  # fmt: skip
         text = tok.decode([prompt[-1], *ours])  # as the leaderboard reads the answer (key_score)
         score = [100.0 * match_all(postprocess(a), t.answers) for a in (text, theirs)]
-        # the first of pyllama's answer tokens whose text llama.cpp's answer does not continue with
-        parts = next((i for i in range(len(ours)) if not theirs.startswith(tok.decode([prompt[-1], *ours[: i + 1]]))),
-                     None)  # fmt: skip
+        # where the answers part: llama.cpp's answer tokenised again (its text gives no ids), the first
+        # token that differs. Comparing texts instead put the parting one token late wherever llama.cpp
+        # took a longer token that pyllama's text begins ("VA" against "V"), with that token's margin.
+        their_ids = tok.encode(theirs, bos=False)
+        parts = next((i for i, (a, b) in enumerate(zip(ours, their_ids, strict=False)) if a != b), None)
+        if parts is None and text != tok.decode([prompt[-1], *their_ids]):
+            parts = min(len(ours), len(their_ids))  # one answer stops where the other goes on
+            parts = parts if parts < len(ours) else None
         agree = f"{len(ours)} / {len(ours)}" if parts is None else f"{parts} / {len(ours)}"
         margin = "-" if parts is None else f"{margins[parts]:.3f}"
         print(f"{task:<17}{score[0]:>9.1f}{score[1]:>11.1f}  {str(ids == prompt):<12} {agree:<23} {margin}")
