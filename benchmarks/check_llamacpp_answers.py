@@ -101,8 +101,10 @@ def main() -> None:
         prompt = seg.tokens[: t.prompt].tolist()
         ours, margins = greedy_with_margins(model, prompt, t.generate, t.stop)
         context = t.prompt + t.generate + 16
-        ids, theirs = llamacpp_answer(args.llama_completion, args.model, prompt_text(tok, prompt), t.generate, context,
-                                      args.threads, args.llama_args)  # fmt: skip
+        # llama.cpp adds the BOS itself where the file says to (Gemma 3): the text then starts after it
+        added_bos = tok.vocab.add_bos and prompt[0] == tok.bos_id
+        ids, theirs = llamacpp_answer(args.llama_completion, args.model, prompt_text(tok, prompt[added_bos:]),
+                                      t.generate, context, args.threads, args.llama_args)  # fmt: skip
         text = tok.decode([prompt[-1], *ours])  # as the leaderboard reads the answer (key_score)
         score = [100.0 * match_all(postprocess(a), t.answers) for a in (text, theirs)]
         # where the answers part: llama.cpp's answer tokenised again (its text gives no ids), the first
