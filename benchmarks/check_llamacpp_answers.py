@@ -110,11 +110,14 @@ def main() -> None:
         # where the answers part: llama.cpp's answer tokenised again (its text gives no ids), the first
         # token that differs. Comparing texts instead put the parting one token late wherever llama.cpp
         # took a longer token that pyllama's text begins ("VA" against "V"), with that token's margin.
+        # llama.cpp's answer going on past pyllama's whole one agrees with all of it (its text tokenised
+        # again may merge pyllama's last token with what follows: "\n\n" and the "\n\n" it prints at the end)
         their_ids = tok.encode(theirs, bos=False)
         parts = next((i for i, (a, b) in enumerate(zip(ours, their_ids, strict=False)) if a != b), None)
-        if parts is None and text != tok.decode([prompt[-1], *their_ids]):
-            parts = min(len(ours), len(their_ids))  # one answer stops where the other goes on
-            parts = parts if parts < len(ours) else None
+        if parts is None and len(their_ids) < len(ours):
+            parts = len(their_ids)  # llama.cpp's answer stops where pyllama's goes on
+        if theirs.startswith(text):
+            parts = None
         agree = f"{len(ours)} / {len(ours)}" if parts is None else f"{parts} / {len(ours)}"
         margin = "-" if parts is None else f"{margins[parts]:.3f}"
         print(f"{task:<17}{score[0]:>9.1f}{score[1]:>11.1f}  {str(ids == prompt):<12} {agree:<23} {margin}")
