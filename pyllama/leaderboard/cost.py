@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CEILING_PASSES", "WAY_PASSES", "dry_run", "unit_ways"]
 
-CEILING_PASSES = 0.14  # causal's branch: the question and the answer after the recorded context
+CEILING_PASSES = 0.24  # causal's branch: the question and the answer after the recorded context
 # a branch that starts this way (starts.WAYS), or that its plugin refuses
-WAY_PASSES = {"record": 0.11, "replay": 0.58, "whole": 1.32, "refused": 0.0}
+WAY_PASSES = {"record": 0.14, "replay": 0.63, "whole": 1.38, "refused": 0.0}
 
 
 def unit_ways(unit: Unit, seg: Segment, positions: int) -> dict[str, int]:
