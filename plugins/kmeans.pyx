@@ -10,8 +10,7 @@ centroids, then ``iters`` Lloyd steps (assign each key to the nearest centroid i
 distance, move each centroid to the mean of its members). A key that leaves the window later is
 assigned to the nearest centroid and the centroid follows as a running mean; after ``recluster``
 such tokens the middle is clustered again from scratch. Clustering starts the first time the
-middle holds more than ``budget`` tokens; until then every position is attended (a block of
-positions as ``causal`` attends one: its queries together, the same bits). The random
+middle holds more than ``budget`` tokens; until then every position is attended (a block as ``causal``). The random
 numbers come from a xorshift64* generator seeded from (``seed``, layer, KV head, how many times
 that layer has clustered), so results do not depend on the thread count and a sequence replays
 exactly after ``reset()``.
@@ -409,20 +408,13 @@ cdef class KMeans(DenseAttention):
 
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
                             float* out) except -1 nogil:
-        # Until the middle holds more than budget tokens (position sinks + window + budget) every position
-        # is attended, in order: causal's rows. A block that ends before then is attended as causal attends
-        # one; any other, one position at a time.
-        cdef long long i, start = self.sinks + self.window
-        cdef int h
+        # every position is attended in order (causal's rows) until the middle holds more than budget tokens
+        cdef long long h, start = self.sinks + self.window  # positions from here on join the middle (attend_c)
         if pos + n > start + self.budget:
             return Attention.attend_block_c(self, layer, pos, n, q, k, v, out)
         self.attend_every_row(layer, pos, n, q, k, v, out)
-        for i in range(pos, pos + n):
-            if i >= start:  # position i - window leaves the window and joins the middle (attend_c's count)
-                self.n_mid[layer] += 1
+        self.n_mid[layer] += max(0, pos + n - max(pos, start))
         for h in range(self.n_heads):  # what attend_c leaves for selected() and estimated(): every row
-            self.last[h * 2] = -1
-            self.last[h * 2 + 1] = 0
-        self.last_layer = layer
-        self.last_pos = pos + n - 1
+            self.last[h * 2], self.last[h * 2 + 1] = -1, 0
+        self.last_layer, self.last_pos = layer, pos + n - 1
         return 0
