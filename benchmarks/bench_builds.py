@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 
 
-def bench(python: str, model: Path, threads: int, steps: int, prompt: int, repeats: int) -> dict:
+def bench(python: str, model: Path, threads: int, steps: int, prompt: int, repeats: int, attention: str) -> dict:
     """One ``pyllama bench --json`` of ``model`` by the pyllama of ``python``: its decode and prompt tok/s."""
     cmd = [python, "-m", "pyllama", "bench", "-c", str(model), "--threads", str(threads), "--repeats", str(repeats)]
-    cmd += ["--steps", str(steps), "--prompt-tokens", str(prompt), "--json"]
+    cmd += ["--steps", str(steps), "--prompt-tokens", str(prompt), "--attention", attention, "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=model.parent)
     return json.loads(out.stdout)
 
@@ -44,6 +44,7 @@ def main() -> None:
     )
     ap.add_argument("--steps", type=int, default=128, help="decode positions per run")
     ap.add_argument("--prompt", type=int, default=512, help="prompt positions (pp)")
+    ap.add_argument("--attention", default="causal", help="the attention plugin spec both builds run")
     ap.add_argument("--decode-key", default="tok_per_s", help="the JSON field of decode tok/s")
     ap.add_argument("--prompt-key", default="prompt_tok_per_s", help="the JSON field of prompt tok/s")
     ap.add_argument("--json", type=Path)
@@ -54,11 +55,11 @@ def main() -> None:
         for f in args.files:
             order = list(builds.items())
             for b, python in order if r % 2 == 0 else order[::-1]:  # neither build always runs first
-                got = bench(python, f.resolve(), args.threads, args.steps, args.prompt, args.repeats)
+                got = bench(python, f.resolve(), args.threads, args.steps, args.prompt, args.repeats, args.attention)
                 runs[f.name][b]["decode"].append(got[args.decode_key])
                 runs[f.name][b]["prompt"].append(got[args.prompt_key])
         print(f"round {r + 1} done", flush=True)
-    print(f"\n{args.threads} threads, medians of {args.rounds} interleaved rounds; tok/s\n")
+    print(f"\n{args.attention}, {args.threads} threads, medians of {args.rounds} interleaved rounds; tok/s\n")
     print("| file | decode, this | decode, other | this / other | pp, this | pp, other | this / other |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, per in runs.items():

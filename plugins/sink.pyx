@@ -17,15 +17,13 @@ where they are and moving the s sink keys forward by the number of evicted posit
 Rows are gathered in ascending position order (sinks, then window) and attended by the shared
 routine; a block of positions that the sinks and the window hold whole (before the first eviction)
 is attended as ``causal`` attends one (``attend_held_block``: a layer's sink rows and ring are one
-buffer). With s + w >= the sequence length this is ``causal`` bit for bit (nothing is evicted, so
-``shift`` changes nothing either), and ``sink:0,w`` is ``sliding:w``. On a model's sliding-window
-layer it keeps the sinks and window rows within the model's window (the sinks leave it once the
-sequence is longer than the window); ``shift`` there needs ``layers=global``.
+buffer); past it, without ``shift``, 16 positions at a time over the same sinks and windows a row
+apart (``attend_window_block``). With s + w >= the sequence length this is ``causal`` bit for bit
+(nothing is evicted, so ``shift`` changes nothing either), and ``sink:0,w`` is ``sliding:w``. On a
+model's sliding-window layer it keeps the sinks and window rows within the model's window (the sinks
+leave it once the sequence is longer than the window); ``shift`` there needs ``layers=global``.
 """
 
-from cython.parallel cimport prange
-
-from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.gather cimport BLOCK_QUERIES
 from pyllama.attention.window cimport WindowAttention
 
@@ -57,7 +55,8 @@ cdef class Sink(WindowAttention):
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
         rows = int(self.sinks) + int(self.window)
-        return self.window_bytes(config, rows, 1, int(self.sinks) if self.shift else 0, BLOCK_QUERIES * rows)
+        return self.window_bytes(config, rows, 1, int(self.sinks) if self.shift else 0,
+                                 BLOCK_QUERIES * (rows + BLOCK_QUERIES), blocks=not self.shift)
 
     def init(self, config, pool):
         if self.shift and any(getattr(config, "layer_windows", ())) and self.layer_policy == "all":
@@ -67,7 +66,9 @@ cdef class Sink(WindowAttention):
             )
         require_memory("sink", f"sinks={int(self.sinks):,}, window={int(self.window):,}", self.planned_bytes(config))
         rows = self.sinks + self.window
-        self.init_window(config, rows, 1, self.sinks if self.shift else 0, BLOCK_QUERIES * rows)
+        self.init_window(config, rows, 1, self.sinks if self.shift else 0, BLOCK_QUERIES * (rows + BLOCK_QUERIES))
+        if not self.shift:  # with shift each query's sink keys move by its own delta: one position at a time
+            self.init_window_blocks()
 
     def memory_bytes(self):
         # keys and values of the sink rows and window rows in use, summed over the layers
@@ -83,22 +84,9 @@ cdef class Sink(WindowAttention):
         cdef long long delta = ring_start - self.sinks if self.shift else 0
         if delta > 0 and n_sink > 0:  # StreamingLLM positions: sink keys move forward by the evicted count
             sink_keys = self.moved(sink_keys, n_sink, delta, 0)
-        cdef long long n = n_sink - first + n_ring, C = self.rows
-        cdef int h
-        cdef Py_ssize_t off
-        for h in prange(self.n_heads, schedule="static",
-                        num_threads=threads_for(self.n_threads, n * self.n_heads * self.head_dim)):
-            off = (h // self.kv_mul) * self.head_dim
-            self.take_sinks_from(self.kptr + h * C, self.vptr + h * C, NULL, 0, layer, sink_keys, first, n_sink, off)
-            self.take_window(self.kptr + h * C, self.vptr + h * C, NULL, n_sink - first, layer, ring_start, n_ring,
-                             off)
-            self.attend_gathered(h, q, NULL, n, out)
-        return 0
+        return self.attend_kept(layer, q, sink_keys, first, n_sink, ring_start, n_ring, out)
 
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
                             float* out) except -1 nogil:
         # before the first eviction the shift moves nothing (no position has left), so the held block is exact
-        if not self.attend_held_block(layer, pos, n, q, k, v, out):
-            # a row is overwritten or hidden within the block: the base's, one position at a time
-            return Attention.attend_block_c(self, layer, pos, n, q, k, v, out)
-        return 0
+        return self.attend_held_block(layer, pos, n, q, k, v, out)

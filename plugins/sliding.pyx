@@ -10,14 +10,13 @@ Rows are gathered in ascending position order and attended by the shared routine
 N >= the sequence length this is ``causal`` bit for bit, and ``sink:0,N`` is ``sliding:N``. A block of
 positions that the window holds whole (no row overwritten yet, none hidden by the model's window) is
 attended as ``causal`` attends one (``attend_held_block``: each head's queries together over the
-ring's first rows, which are positions 0 ..); past that, one position at a time. On a
+ring's first rows, which are positions 0 ..); past that, 16 positions at a time whose windows
+each start a row further on (``attend_window_block``: the keys scored once for the 16, each query's
+softmax and sum as one position's), with the bits of one position at a time. On a
 model's sliding-window layer (Gemma 3's local layers) it keeps the last min(N, the model's window)
 positions: it applies its own window within the model's.
 """
 
-from cython.parallel cimport prange
-
-from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.gather cimport BLOCK_QUERIES
 from pyllama.attention.window cimport WindowAttention
 
@@ -42,11 +41,13 @@ cdef class Sliding(WindowAttention):
 
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
-        return self.window_bytes(config, int(self.window), 1, 0, BLOCK_QUERIES * int(self.window))
+        W = int(self.window)
+        return self.window_bytes(config, W, 1, 0, BLOCK_QUERIES * (W + BLOCK_QUERIES), blocks=True)
 
     def init(self, config, pool):
         require_memory("sliding", f"window={int(self.window):,}", self.planned_bytes(config))
-        self.init_window(config, self.window, 1, 0, BLOCK_QUERIES * self.window)
+        self.init_window(config, self.window, 1, 0, BLOCK_QUERIES * (self.window + BLOCK_QUERIES))
+        self.init_window_blocks()
 
     def memory_bytes(self):
         # keys and values of the rows in use, summed over the layers
@@ -58,18 +59,8 @@ cdef class Sliding(WindowAttention):
         self.keep(layer, pos, k, v)
         cdef long long first, n_sink, start, n
         self.visible_span(layer, pos, &first, &n_sink, &start, &n)  # ascending positions start .. pos
-        cdef long long W = self.window
-        cdef int h
-        for h in prange(self.n_heads, schedule="static",
-                        num_threads=threads_for(self.n_threads, n * self.n_heads * self.head_dim)):
-            self.take_window(self.kptr + h * W, self.vptr + h * W, NULL, 0, layer, start, n,
-                             (h // self.kv_mul) * self.head_dim)
-            self.attend_gathered(h, q, NULL, n, out)
-        return 0
+        return self.attend_kept(layer, q, NULL, 0, 0, start, n, out)
 
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
                             float* out) except -1 nogil:
-        if not self.attend_held_block(layer, pos, n, q, k, v, out):
-            # a row is overwritten or hidden within the block: the base's, one position at a time
-            return Attention.attend_block_c(self, layer, pos, n, q, k, v, out)
-        return 0
+        return self.attend_held_block(layer, pos, n, q, k, v, out)

@@ -25,7 +25,7 @@ from conftest import read_jsonl, shared_file
 from test_quant_models import teacher_forced
 
 from pyllama.attention import attend_one_head
-from pyllama.attention.head import attend_head_block
+from pyllama.attention.head import attend_head_block, attend_head_window_block
 from pyllama.checkpoint import load_checkpoint
 from pyllama.kernels import rope
 from pyllama.kernels.elementwise import ggml_exp
@@ -114,6 +114,26 @@ def test_block_of_queries_follows_ggml_order_bitwise(n, m, hd):
     got = attend_head_block(q, keys, values, n, arithmetic="run.c")
     for j in range(m):
         assert np.array_equal(got[j], attend_one_head(q[j], keys[: n + j], values[: n + j])), j
+
+
+# a window moving a row per query after fixed rows (sliding and sink past their first eviction): (fixed,
+# window, m, hd); m below 4 scores row by row, from 4 on in tiles shared by the queries
+WINDOWS = [(0, 1, 5, 32), (4, 30, 16, 64), (0, 40, 3, 48), (2, 33, 7, 8), (3, 12, 16, 44), (1, 64, 4, 80)]
+
+
+@pytest.mark.parametrize(("fixed", "window", "m", "hd"), WINDOWS)
+def test_moving_window_block_follows_ggml_order_bitwise(fixed, window, m, hd):
+    rng = np.random.default_rng(fixed * 1000 + window * m + hd)
+    q = (rng.standard_normal((m, hd)) * 2).astype(F32)
+    keys = rng.standard_normal((fixed + window + m - 1, hd)).astype(F32)
+    values = rng.standard_normal((fixed + window + m - 1, hd)).astype(F32)
+    rows = [np.r_[0:fixed, fixed + j : fixed + j + window] for j in range(m)]  # query j's rows, in order
+    got = attend_head_window_block(q, keys, values, fixed, window, arithmetic="ggml")
+    for j in range(m):
+        assert np.array_equal(got[j], _ggml_attention(q[j], keys[rows[j]], values[rows[j]])), j
+    got = attend_head_window_block(q, keys, values, fixed, window, arithmetic="run.c")
+    for j in range(m):
+        assert np.array_equal(got[j], attend_one_head(q[j], keys[rows[j]], values[rows[j]])), j
 
 
 def _libm():

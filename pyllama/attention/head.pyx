@@ -35,6 +35,7 @@ the four.)
 """
 
 from libc.math cimport sqrtf
+from libc.string cimport memmove
 
 from pyllama.kernels.elementwise cimport ARITH_GGML, arithmetic_code, arithmetic_of, softmax, softmax4
 from pyllama.kernels.matvec cimport dot_f32
@@ -50,6 +51,7 @@ cdef enum:
 # ggml's arithmetic, inlined here from the kernels' header (a path relative to this module's C file)
 cdef extern from "../kernels/ggml_math.h":
     void pyllama_ggml_softmax(float* x, long n) nogil
+    float pyllama_ggml_dot_f32(const float* x, const float* y, long n) nogil
 
 cdef extern from "ggml_attend.h":
     void pyllama_ggml_weighted_rows(float* out, const float* w, const float* const* vp, const float* base,
@@ -91,26 +93,40 @@ cdef inline float ggml_kq_scale(int head_dim) noexcept nogil:
     return 1.0 / sqrtf(<float>head_dim)
 
 
-cdef void attend_ggml(const float* q, const float** keys, const float** values, const float* key_base,
-                      const float* value_base, Py_ssize_t stride, const float* bias, long long n, int head_dim,
-                      float* scores, float* lanes, float* out) noexcept nogil:
-    """llama.cpp's arithmetic over n rows: row t is keys[t]/values[t] when the tables are given, else
-    key_base/value_base + t * stride (contiguous rows); bias: NULL or one per row."""
+cdef void attend_ggml(const float* q, const float** keys, const float** values, const float* bias, long long n,
+                      int head_dim, float* scores, float* lanes, float* out) noexcept nogil:
+    """llama.cpp's arithmetic over the n rows of the tables; bias: NULL or one per row."""
     cdef long long t
-    pyllama_ggml_scores(scores, q, keys, key_base, stride, n, head_dim, ggml_kq_scale(head_dim))
+    pyllama_ggml_scores(scores, q, keys, NULL, 0, n, head_dim, ggml_kq_scale(head_dim))
     if bias != NULL:
         for t in range(n):
             scores[t] = scores[t] + bias[t]
-    pyllama_ggml_softmax(scores, n)
-    pyllama_ggml_weighted_rows(out, scores, values, value_base, stride, n, head_dim, lanes)
+    weigh_scored(scores, values, n, head_dim, out, ARITH_GGML, lanes)
+
+
+cdef void weigh_scored(float* scores, const float** values, long long n, int head_dim, float* out, int arithmetic,
+                       float* lanes) noexcept nogil:
+    """The rest of attend_head once its n scores are in: their softmax, then the weighted sum of the
+    value rows values[0 .. n - 1] (one piece of code, so attend_head_window has attend_head's bits)."""
+    cdef long long t
+    cdef Py_ssize_t i
+    if arithmetic == ARITH_GGML:
+        pyllama_ggml_softmax(scores, n)
+        pyllama_ggml_weighted_rows(out, scores, values, NULL, 0, n, head_dim, lanes)
+        return
+    softmax(scores, n)
+    for i in range(head_dim):
+        out[i] = 0.0
+    for t in range(n):
+        add_weighted(out, scores[t], values[t], head_dim)
 
 
 cdef void attend_head(const float* q, const float** keys, const float** values, const float* bias,
                       Py_ssize_t n, int head_dim, float* scores, float* out, int arithmetic,
                       float* lanes) noexcept nogil:
-    cdef Py_ssize_t t, i
+    cdef Py_ssize_t t
     if arithmetic == ARITH_GGML:
-        attend_ggml(q, keys, values, NULL, NULL, 0, bias, n, head_dim, scores, lanes, out)
+        attend_ggml(q, keys, values, bias, n, head_dim, scores, lanes, out)
         return
     cdef float scale = sqrtf(<float>head_dim)
     for t in range(n):
@@ -118,11 +134,43 @@ cdef void attend_head(const float* q, const float** keys, const float** values, 
     if bias != NULL:
         for t in range(n):
             scores[t] = scores[t] + bias[t]
-    softmax(scores, n)
-    for i in range(head_dim):
-        out[i] = 0.0
-    for t in range(n):
-        add_weighted(out, scores[t], values[t], head_dim)
+    weigh_scored(scores, values, n, head_dim, out, arithmetic, lanes)
+
+
+cdef void attend_head_window(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
+                             Py_ssize_t stride, long long fixed, long long window, Py_ssize_t m, int head_dim,
+                             float* scores, Py_ssize_t score_stride, float* out, Py_ssize_t out_stride,
+                             int arithmetic, float* lanes, const float** vp) noexcept nogil:
+    """Queries j < m (q + j * q_stride) over rows 0 .. fixed - 1 and then fixed + j .. fixed + j + window - 1
+    of keys/values + t * stride (sinks, then a window one row further on for each query: a sliding
+    window's block past its first eviction); out j at out + j * out_stride. The keys are scored once for
+    the block as attend_head_rows scores them (query j: every row up to its window's end; scores:
+    [m, score_stride >= fixed + window + m - 1]), then each query's window scores move down to follow
+    its sinks and it takes attend_head's softmax and weighted sum (``weigh_scored``, value rows listed in
+    vp: [fixed + window] scratch): attend_head's bits for each query."""
+    cdef long long n = fixed + window, t
+    cdef Py_ssize_t j
+    cdef float* sc
+    cdef bint ggml = arithmetic == ARITH_GGML
+    cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
+    if m >= PYLLAMA_GROUP_QUERIES and (ggml or (PYLLAMA_BLOCK_VECTORS and head_dim % 16 == 0)):
+        pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes, ggml)
+        for j in range(1, m):
+            sc = scores + j * score_stride
+            memmove(sc + fixed, sc + fixed + j, window * sizeof(float))
+    else:
+        for j in range(m):
+            sc = scores + j * score_stride
+            for t in range(n):
+                if ggml:
+                    sc[t] = pyllama_ggml_dot_f32(keys + (t if t < fixed else t + j) * stride, q + j * q_stride,
+                                                 head_dim) * scale
+                else:
+                    sc[t] = row_score(q + j * q_stride, keys + (t if t < fixed else t + j) * stride, head_dim, scale)
+    for j in range(m):
+        for t in range(n):
+            vp[t] = values + (t if t < fixed else t + j) * stride
+        weigh_scored(scores + j * score_stride, vp, n, head_dim, out + j * out_stride, arithmetic, lanes)
 
 
 cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
@@ -257,6 +305,33 @@ def attend_head_block(const float[:, ::1] q, const float[:, ::1] keys, const flo
     cdef int arith = arithmetic_code(arithmetic)
     attend_head_rows(&q[0, 0], hd, &keys[0, 0], &values[0, 0], hd, n, m, hd, &sv[0, 0], n + m - 1, &ov[0, 0], hd,
                      arith, &lv[0])
+    return out
+
+
+def attend_head_window_block(const float[:, ::1] q, const float[:, ::1] keys, const float[:, ::1] values,
+                             long long fixed, long long window, arithmetic="run.c"):
+    """``attend_head_window`` on numpy arrays (for tests): query j of q [m, head_dim] attends rows
+    0 .. fixed - 1 and fixed + j .. fixed + j + window - 1 of keys/values [fixed + window + m - 1 or
+    more, head_dim]; returns out [m, head_dim]."""
+    cdef Py_ssize_t m = q.shape[0]
+    cdef int hd = q.shape[1]
+    cdef long long n = fixed + window
+    if m == 0 or fixed < 0 or window < 1 or keys.shape[0] < n + m - 1 or keys.shape[1] != hd \
+            or values.shape[0] != keys.shape[0] or values.shape[1] != hd:
+        raise ValueError("attend_head_window_block: q [m >= 1, head_dim], keys and values [fixed + window + m - 1 "
+                         "or more, head_dim], fixed >= 0, window >= 1")
+    # the scratch starts as NaN, as stale as the engine's: a score read beyond a query's rows shows
+    scores = np.full((m, n + m - 1), np.nan, dtype=np.float32)
+    out = np.zeros((m, hd), dtype=np.float32)
+    lanes = np.full(GGML_LANES * hd, np.nan, dtype=np.float32)
+    table = np.zeros(n, dtype=np.uintp)
+    cdef float[:, ::1] sv = scores
+    cdef float[:, ::1] ov = out
+    cdef float[::1] lv = lanes
+    cdef size_t[::1] tv = table
+    cdef int arith = arithmetic_code(arithmetic)
+    attend_head_window(&q[0, 0], hd, &keys[0, 0], &values[0, 0], hd, fixed, window, m, hd, &sv[0, 0], n + m - 1,
+                       &ov[0, 0], hd, arith, &lv[0], <const float**>&tv[0])
     return out
 
 

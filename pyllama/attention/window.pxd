@@ -30,8 +30,14 @@ cdef class WindowAttention(GatherAttention):
     cdef int init_window(self, config, long long rows, int counters, long long n_shifted,
                          long long score_rows=*) except -1
     cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil
-    cdef bint attend_held_block(self, int layer, long long pos, Py_ssize_t n, float* q, const float* k,
-                                const float* v, float* out) except -1 nogil
+    cdef int attend_held_block(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                               float* out) except -1 nogil
+    cdef float* span_rows         # [n_kv_heads, 2, sinks + window + BLOCK_QUERIES, head_dim] attend_window_block's
+    cdef int init_window_blocks(self) except -1
+    cdef int attend_window_block(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                                 float* out) except -1 nogil
+    cdef int attend_kept(self, int layer, const float* q, const float* sink_keys, long long first, long long n_sink,
+                         long long ring_start, long long n_ring, float* out) except -1 nogil
     cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil
     cdef inline Py_ssize_t layer_at(self, int layer) noexcept nogil:
         """Where layer's rows start in sink_k/sink_v and ring_k/ring_v (floats)."""
@@ -69,6 +75,14 @@ cdef class WindowAttention(GatherAttention):
             return j
         return take_rows(kp, vp, bias, j, sink_keys + row, self.sink_v + self.layer_at(layer) + row,
                          n_sink - first, self.kv_dim)
+
+    cdef inline long long take_kept(self, int h, int layer, const float* sink_keys, long long first, long long n_sink,
+                                    long long ring_start, long long n_ring, Py_ssize_t off) noexcept nogil:
+        """Head h's tables: sink positions first .. n_sink - 1, then the window (no bias)."""
+        cdef long long j = self.take_sinks_from(self.kptr + h * self.rows, self.vptr + h * self.rows, NULL, 0, layer,
+                                                sink_keys, first, n_sink, off)
+        return self.take_window(self.kptr + h * self.rows, self.vptr + h * self.rows, NULL, j, layer, ring_start,
+                                n_ring, off)
 
     cdef inline long long take_window(self, const float** kp, const float** vp, float* bias, long long j, int layer,
                                       long long ring_start, long long n_ring, Py_ssize_t off) noexcept nogil:

@@ -12,6 +12,12 @@ class WindowAttention(GatherAttention):
     sinks: int
     window: int
     def window_bytes(
-        self, config: ModelConfig, rows: int, counters: int, n_shifted: int, score_rows: int = 0
+        self,
+        config: ModelConfig,
+        rows: int,
+        counters: int,
+        n_shifted: int,
+        score_rows: int = 0,
+        blocks: bool = False,
     ) -> int: ...
     def held_exact(self) -> np.ndarray: ...

@@ -1,16 +1,19 @@
 """The sinks + window base of the built-in memories: the part StreamingLLM, lattice and tiered share.
 
-Layout. Position t < ``sinks`` is kept exact in sink row t, a later one in ring row
-``(t - sinks) % window``. A layer's sink rows and ring are one float32 ``[sinks + window, kv_dim]``
-(of ``[n_layers, sinks + window, kv_dim]``, keys and values each, allocated once by ``init_window``
-with the row tables of ``GatherAttention`` and its per-layer counters), so that until the ring
-wraps, position t is in the layer's row t: a block of positions is then attended as ``causal``
-attends one (``attend_held_block``). ``keep(layer, pos, k, v)`` checks the order, stores
-this position and, when its ring row still holds position ``pos - window`` (which leaves the window
-now), first hands that row to ``leave_window``: a no-op here, where a memory with an older tier
-(staging, buckets, quantised groups) takes the token. ``kept_span`` (window.pxd) says which
-positions the sinks and the window hold after a step; ``take_sinks`` and ``take_window`` append a
-head's rows for them in ascending position order.
+Layout. Position t < ``sinks`` is kept exact in sink row t, a later one in ring row ``(t - sinks) %
+window``. A layer's sink rows and ring are one float32 ``[sinks + window, kv_dim]`` (of ``[n_layers,
+sinks + window, kv_dim]``, keys and values each, allocated once by ``init_window`` with the row
+tables of ``GatherAttention`` and its per-layer counters), so that until the ring wraps, position t
+is in the layer's row t: a block of positions is then attended as ``causal`` attends one
+(``attend_held_block``). Past the first eviction, ``attend_window_block`` takes a block 16 positions
+at a time whose spans are the same sinks and windows one row apart, each KV head's rows copied
+together once for the 16 and their keys scored once (one position at a time read its whole window
+again: sliding:3072 over 4,096 SmolLM2 tokens took twice causal's time). ``keep(layer, pos, k, v)``
+checks the order, stores this position and, when its ring row still holds position ``pos - window``
+(which leaves the window now), first hands that row to ``leave_window``: a no-op here, where a
+memory with an older tier (staging, buckets, quantised groups) takes the token. ``kept_span``
+(window.pxd) says which positions the sinks and the window hold after a step; ``take_sinks`` and
+``take_window`` append a head's rows for them in ascending position order.
 
 The shift (StreamingLLM's positions inside the cache, Xiao et al. 2023). RoPE scores depend only on
 the distance between query and key, so moving a row to another position is a re-rotation of its key
@@ -30,7 +33,8 @@ from libc.string cimport memcpy
 import numpy as np
 
 from pyllama.attention.base cimport threads_for
-from pyllama.attention.gather cimport GatherAttention
+from pyllama.attention.gather cimport BLOCK_QUERIES, GatherAttention
+from pyllama.attention.head cimport GGML_LANES, attend_head_window
 from pyllama.kernels.rope cimport rope_spec_of, rope_row, rope_apply
 
 from pyllama.attention.memory import gather_bytes
@@ -48,12 +52,14 @@ def sink_window_knobs(sinks, window, kept="kept"):
 cdef class WindowAttention(GatherAttention):
     """Base of the memories that keep sinks + a window exact (see the module docstring)."""
 
-    def window_bytes(self, config, rows, counters, n_shifted, score_rows=0):
-        """What ``init_window`` allocates for these arguments (Python integers: no overflow)."""
+    def window_bytes(self, config, rows, counters, n_shifted, score_rows=0, blocks=False):
+        """What ``init_window`` allocates for these arguments, and ``init_window_blocks`` if blocks (Python
+        integers: no overflow)."""
         S, W, L, kv = int(self.sinks), int(self.window), config.n_layers, config.kv_dim
         shift = n_shifted * kv * 4 + 2 * max(config.n_rot // 2, 1) * 4 if n_shifted > 0 else 0
         windows = L * 8  # model_window: each layer's own window, int64
-        return gather_bytes(config, rows, counters, score_rows) + 2 * L * (S + W) * kv * 4 + shift + windows
+        spans = 2 * config.n_kv_heads * (S + W + BLOCK_QUERIES) * config.head_dim * 4 if blocks else 0
+        return gather_bytes(config, rows, counters, score_rows) + 2 * L * (S + W) * kv * 4 + shift + windows + spans
 
     def held_exact(self):
         """Per layer, the positions the sinks and the window hold now within the model's window (int64)."""
@@ -91,6 +97,7 @@ cdef class WindowAttention(GatherAttention):
         self.ring_k = self.sink_k + self.sinks * self.kv_dim
         self.ring_v = self.sink_v + self.sinks * self.kv_dim
         self.shifted = NULL
+        self.span_rows = NULL
         if n_shifted > 0:
             self.shifted = <float*>self.own(np.zeros((n_shifted, kv), dtype=np.float32))
             self.rope_cos = <float*>self.own(np.zeros(2 * half, dtype=np.float32))
@@ -119,25 +126,102 @@ cdef class WindowAttention(GatherAttention):
         self.length[layer] = pos + 1
         return 0
 
-    cdef bint attend_held_block(self, int layer, long long pos, Py_ssize_t n, float* q, const float* k,
-                                const float* v, float* out) except -1 nogil:
-        """Keep and attend positions pos .. pos + n - 1 as causal does a block, if the sinks and the window
+    cdef int attend_held_block(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                               float* out) except -1 nogil:
+        """Keep and attend positions pos .. pos + n - 1 as causal does a block if the sinks and the window
         hold every position up to the block's last (no ring row overwritten, none hidden by the model's
         window): each head's queries together over its layer's rows 0 .., which are then positions 0 ..
-        (``attend_prefix``). False, with nothing done, otherwise. The scores scratch must hold
-        BLOCK_QUERIES rows of sinks + window (init_window's score_rows)."""
+        (``attend_prefix``). Otherwise ``attend_window_block``. The scores scratch must hold BLOCK_QUERIES
+        rows of sinks + window + BLOCK_QUERIES (init_window's score_rows)."""
         cdef Py_ssize_t i, off
         cdef int h, hd = self.head_dim
         cdef long long model_window = self.model_window[layer]
         if pos + n > self.layer_rows or (model_window > 0 and pos + n > model_window):
-            return False
+            return self.attend_window_block(layer, pos, n, q, k, v, out)
         for i in range(n):
             self.keep(layer, pos + i, k + i * self.kv_dim, v + i * self.kv_dim)  # position t in row t
         for h in prange(self.n_heads, schedule="static",
                         num_threads=threads_for(self.n_threads, (pos + n) * n * self.n_heads * hd)):
             off = self.layer_at(layer) + (h // self.kv_mul) * hd
             self.attend_prefix(h, q, self.sink_k + off, self.sink_v + off, self.kv_dim, pos, n, out)
-        return True
+        return 0
+
+    cdef int init_window_blocks(self) except -1:
+        """The scratch of ``attend_window_block`` (``window_bytes(..., blocks=True)``): without it a block
+        that is not held whole runs one position at a time."""
+        self.span_rows = <float*>self.own(np.zeros((self.n_kv_heads, 2, self.layer_rows + BLOCK_QUERIES,
+                                                    self.head_dim), dtype=np.float32))
+        return 0
+
+    cdef int attend_window_block(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,
+                                 float* out) except -1 nogil:
+        """Keep and attend positions pos .. pos + n - 1, BLOCK_QUERIES at a time. Where every query of a
+        chunk sees the same sink rows and a window of the same length, one position further on for each
+        (past the first eviction), each KV head's rows for the chunk are copied together into span_rows
+        (its sinks; the window of the chunk's first query up to the position before the chunk, from the
+        ring; the chunk's own keys and values), its query heads attend the chunk's queries over them
+        (``attend_head_window``: the keys scored once for the chunk, each query's softmax and sum as one
+        position's), and then the chunk's positions are kept. Any other chunk (the window still filling,
+        sinks leaving a model's window), and every chunk without ``init_window_blocks``, runs one
+        position at a time (attend_c)."""
+        cdef Py_ssize_t c0 = 0, m, j, q_dim = self.n_heads * self.head_dim, kv = self.kv_dim
+        cdef Py_ssize_t cap = self.layer_rows + BLOCK_QUERIES, hd = self.head_dim
+        cdef long long p0, f0, s0, w0, r0, f1, s1, w1, r1, fixed, t
+        cdef int g, h, threads
+        cdef float* keys
+        cdef float* values
+        cdef const float* sink_rows
+        while c0 < n:
+            m = min(<Py_ssize_t>BLOCK_QUERIES, n - c0)
+            p0 = pos + c0
+            self.visible_span(layer, p0, &f0, &s0, &w0, &r0)
+            self.visible_span(layer, p0 + m - 1, &f1, &s1, &w1, &r1)
+            if self.span_rows == NULL or f0 != f1 or s0 != s1 or r0 != r1 or w1 != w0 + m - 1:
+                for j in range(m):
+                    self.attend_c(layer, p0 + j, q + (c0 + j) * q_dim, k + (c0 + j) * kv, v + (c0 + j) * kv,
+                                  out + (c0 + j) * q_dim)
+                c0 += m
+                continue
+            fixed = s0 - f0
+            threads = threads_for(self.n_threads, (fixed + r0) * m * self.n_heads * hd)
+            for g in prange(self.n_kv_heads, schedule="static", num_threads=threads):
+                keys = self.span_rows + 2 * g * cap * hd
+                values = keys + cap * hd
+                sink_rows = self.sink_k + self.layer_at(layer) + g * hd
+                for t in range(fixed):
+                    memcpy(keys + t * hd, sink_rows + (f0 + t) * kv, hd * sizeof(float))
+                    memcpy(values + t * hd, self.sink_v + self.layer_at(layer) + (f0 + t) * kv + g * hd,
+                           hd * sizeof(float))
+                for t in range(r0 - 1):  # positions w0 .. p0 - 1, from their ring rows
+                    memcpy(keys + (fixed + t) * hd, self.ring_k + self.layer_at(layer) + g * hd
+                           + (w0 + t - self.sinks) % self.window * kv, hd * sizeof(float))
+                    memcpy(values + (fixed + t) * hd, self.ring_v + self.layer_at(layer) + g * hd
+                           + (w0 + t - self.sinks) % self.window * kv, hd * sizeof(float))
+                for t in range(m):  # the chunk's own positions, from the block
+                    memcpy(keys + (fixed + r0 - 1 + t) * hd, k + (c0 + t) * kv + g * hd, hd * sizeof(float))
+                    memcpy(values + (fixed + r0 - 1 + t) * hd, v + (c0 + t) * kv + g * hd, hd * sizeof(float))
+            for h in prange(self.n_heads, schedule="static", num_threads=threads):
+                keys = self.span_rows + 2 * (h // self.kv_mul) * cap * hd
+                attend_head_window(q + c0 * q_dim + h * hd, q_dim, keys, keys + cap * hd, hd, fixed, r0, m, hd,
+                                   self.scores + h * self.score_rows, self.score_rows // BLOCK_QUERIES,
+                                   out + c0 * q_dim + h * hd, q_dim, self.arithmetic,
+                                   self.lanes + h * GGML_LANES * hd, self.vptr + h * self.rows)
+            for j in range(m):
+                self.keep(layer, p0 + j, k + (c0 + j) * kv, v + (c0 + j) * kv)
+            c0 += m
+        return 0
+
+    cdef int attend_kept(self, int layer, const float* q, const float* sink_keys, long long first, long long n_sink,
+                         long long ring_start, long long n_ring, float* out) except -1 nogil:
+        """Each query head over sink positions first .. n_sink - 1 and the window ring_start .. (n_ring),
+        in ascending order, with the shared routine; sink_keys: the layer's sink keys, moved or not."""
+        cdef long long n = n_sink - first + n_ring
+        cdef int h, hd = self.head_dim
+        cdef int threads = threads_for(self.n_threads, n * self.n_heads * hd)
+        for h in prange(self.n_heads, schedule="static", num_threads=threads):
+            self.take_kept(h, layer, sink_keys, first, n_sink, ring_start, n_ring, (h // self.kv_mul) * hd)
+            self.attend_gathered(h, q, NULL, n, out)
+        return 0
 
     cdef void leave_window(self, int layer, const float* key, const float* value) noexcept nogil:
         """A token leaves the window (its rows are overwritten right after): sinks + window forget it."""
