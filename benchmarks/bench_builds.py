@@ -62,12 +62,16 @@ def main() -> None:
     print(f"\n{args.attention}, {args.threads} threads, medians of {args.rounds} interleaved rounds; tok/s\n")
     print("| file | decode, this | decode, other | this / other | pp, this | pp, other | this / other |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.3f}" if b > 0 else "-"
+
     for name, per in runs.items():
         m = {b: {k: statistics.median(v) for k, v in per[b].items()} for b in builds}
         print(
             f"| {name} | {m['this']['decode']:.1f} | {m['other']['decode']:.1f} | "
-            f"{m['this']['decode'] / m['other']['decode']:.3f} | {m['this']['prompt']:.1f} | "
-            f"{m['other']['prompt']:.1f} | {m['this']['prompt'] / m['other']['prompt']:.3f} |"
+            f"{ratio(m['this']['decode'], m['other']['decode'])} | {m['this']['prompt']:.1f} | "
+            f"{m['other']['prompt']:.1f} | {ratio(m['this']['prompt'], m['other']['prompt'])} |"
         )
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1))
