@@ -7,10 +7,11 @@ allocated once in ``init``.
 ``causal:positions=N`` makes a larger cache, the reference for behaviour past the context.
 
 In a block of positions (``attend_block_c``: the base's ``attend_every_row``) it stores the block's
-keys and values, then attends each head's queries together (``attend_prefix``, gather.pxd: ``attend_head_rows``, up to
-``BLOCK_QUERIES`` at a time): a long cache is then read once per group of queries instead of once
-per position, with the bits of one position at a time. The base's scores scratch is sized for that,
-``[n_heads, BLOCK_QUERIES, positions]`` floats; one position at a time uses its first row.
+keys and values, then attends each head's queries together (``attend_prefix``, gather.pxd:
+``attend_head_rows``, up to ``BLOCK_QUERIES`` at a time): a long cache is then read once per group
+of queries instead of once per position, with the bits of one position at a time. The base's scores
+scratch is sized for that, ``[n_heads, BLOCK_QUERIES, positions]`` floats; one position at a time
+uses its first row.
 """
 
 from cython.parallel cimport prange

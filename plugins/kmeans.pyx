@@ -9,11 +9,11 @@ last ``window``) are clustered (``pyllama.attention.cluster``): seeded k-means++
 centroids, then ``iters`` Lloyd steps (assign each key to the nearest centroid in squared Euclidean
 distance, move each centroid to the mean of its members). A key that leaves the window later is
 assigned to the nearest centroid and the centroid follows as a running mean; after ``recluster``
-such tokens the middle is clustered again from scratch. Clustering starts the first time the
-middle holds more than ``budget`` tokens; until then every position is attended (a block as ``causal``). The random
-numbers come from a xorshift64* generator seeded from (``seed``, layer, KV head, how many times
-that layer has clustered), so results do not depend on the thread count and a sequence replays
-exactly after ``reset()``.
+such tokens the middle is clustered again from scratch. Clustering starts the first time the middle
+holds more than ``budget`` tokens; until then every position is attended (a block as ``causal``). The
+random numbers come from a xorshift64* generator seeded from (``seed``, layer, KV head, how many times
+that layer has clustered), so results do not depend on the thread count and a sequence replays exactly
+after ``reset()``.
 
 A query head scores each non-empty cluster by ``q·μ / sqrt(d)``, as ClusterKV does (with
 ``size_bias``, plus ``log(size)``: the log of the attention mass the cluster would get if every
