@@ -17,8 +17,8 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
                            float* lanes) noexcept nogil
 
 # queries j < m of one head over rows 0 .. fixed - 1 and fixed + j .. fixed + j + window - 1 (a window
-# moving a row per query after sinks), with attend_head's bits (head.pyx); vp: [fixed + window] scratch
+# moving a row per query after sinks), with attend_head's bits (head.pyx); kp, vp: [fixed + window] scratch
 cdef void attend_head_window(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
                              Py_ssize_t stride, long long fixed, long long window, Py_ssize_t m, int head_dim,
                              float* scores, Py_ssize_t score_stride, float* out, Py_ssize_t out_stride,
-                             int arithmetic, float* lanes, const float** vp) noexcept nogil
+                             int arithmetic, float* lanes, const float** kp, const float** vp) noexcept nogil

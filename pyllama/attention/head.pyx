@@ -51,7 +51,6 @@ cdef enum:
 # ggml's arithmetic, inlined here from the kernels' header (a path relative to this module's C file)
 cdef extern from "../kernels/ggml_math.h":
     void pyllama_ggml_softmax(float* x, long n) nogil
-    float pyllama_ggml_dot_f32(const float* x, const float* y, long n) nogil
 
 cdef extern from "ggml_attend.h":
     void pyllama_ggml_weighted_rows(float* out, const float* w, const float* const* vp, const float* base,
@@ -137,40 +136,44 @@ cdef void attend_head(const float* q, const float** keys, const float** values, 
     weigh_scored(scores, values, n, head_dim, out, arithmetic, lanes)
 
 
+cdef inline bint tiles_score(Py_ssize_t m, int head_dim, bint ggml) noexcept nogil:
+    # the transposed tiles pay for themselves from about four queries on: fewer (a diff's live side with
+    # a ledger attends one position at a time) are scored row by row
+    return m >= PYLLAMA_GROUP_QUERIES and (ggml or (PYLLAMA_BLOCK_VECTORS and head_dim % 16 == 0))
+
+
 cdef void attend_head_window(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
                              Py_ssize_t stride, long long fixed, long long window, Py_ssize_t m, int head_dim,
                              float* scores, Py_ssize_t score_stride, float* out, Py_ssize_t out_stride,
-                             int arithmetic, float* lanes, const float** vp) noexcept nogil:
+                             int arithmetic, float* lanes, const float** kp, const float** vp) noexcept nogil:
     """Queries j < m (q + j * q_stride) over rows 0 .. fixed - 1 and then fixed + j .. fixed + j + window - 1
     of keys/values + t * stride (sinks, then a window one row further on for each query: a sliding
-    window's block past its first eviction); out j at out + j * out_stride. The keys are scored once for
-    the block as attend_head_rows scores them (query j: every row up to its window's end; scores:
-    [m, score_stride >= fixed + window + m - 1]), then each query's window scores move down to follow
-    its sinks and it takes attend_head's softmax and weighted sum (``weigh_scored``, value rows listed in
-    vp: [fixed + window] scratch): attend_head's bits for each query."""
-    cdef long long n = fixed + window, t
+    window's block past its first eviction); out j at out + j * out_stride. From four queries on the keys
+    are scored once for the block as attend_head_rows scores them (query j: every row up to its window's
+    end; scores: [m, score_stride >= fixed + window + m - 1]), each query's window scores move down to
+    follow its sinks, and it takes attend_head's softmax and weighted sum (``weigh_scored``); fewer
+    queries are each attend_head. kp, vp: [fixed + window] scratch for a query's rows. attend_head's
+    bits for each query."""
+    cdef long long n = fixed + window, t, row
     cdef Py_ssize_t j
     cdef float* sc
     cdef bint ggml = arithmetic == ARITH_GGML
-    cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
-    if m >= PYLLAMA_GROUP_QUERIES and (ggml or (PYLLAMA_BLOCK_VECTORS and head_dim % 16 == 0)):
-        pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes, ggml)
-        for j in range(1, m):
-            sc = scores + j * score_stride
-            memmove(sc + fixed, sc + fixed + j, window * sizeof(float))
-    else:
-        for j in range(m):
-            sc = scores + j * score_stride
-            for t in range(n):
-                if ggml:
-                    sc[t] = pyllama_ggml_dot_f32(keys + (t if t < fixed else t + j) * stride, q + j * q_stride,
-                                                 head_dim) * scale
-                else:
-                    sc[t] = row_score(q + j * q_stride, keys + (t if t < fixed else t + j) * stride, head_dim, scale)
+    cdef bint shared = tiles_score(m, head_dim, ggml)
+    if shared:
+        pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim,
+                             ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim), lanes, ggml)
     for j in range(m):
+        sc = scores + j * score_stride
         for t in range(n):
-            vp[t] = values + (t if t < fixed else t + j) * stride
-        weigh_scored(scores + j * score_stride, vp, n, head_dim, out + j * out_stride, arithmetic, lanes)
+            row = t if t < fixed else t + j
+            kp[t] = keys + row * stride
+            vp[t] = values + row * stride
+        if shared:
+            if j > 0:
+                memmove(sc + fixed, sc + fixed + j, window * sizeof(float))
+            weigh_scored(sc, vp, n, head_dim, out + j * out_stride, arithmetic, lanes)
+        else:
+            attend_head(q + j * q_stride, kp, vp, NULL, n, head_dim, sc, out + j * out_stride, arithmetic, lanes)
 
 
 cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
@@ -192,9 +195,7 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
     cdef bint ggml = arithmetic == ARITH_GGML
     # run.c divides a score by sqrt(head_dim), llama.cpp multiplies it by 1 / sqrt(head_dim)
     cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
-    # the transposed tiles pay for themselves from about four queries on: fewer (a diff's live side with
-    # a ledger attends one position at a time) are scored row by row
-    cdef bint scored = m >= PYLLAMA_GROUP_QUERIES and (ggml or (PYLLAMA_BLOCK_VECTORS and head_dim % 16 == 0))
+    cdef bint scored = tiles_score(m, head_dim, ggml)
     if scored:
         pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes, ggml)
     elif ggml:
@@ -324,14 +325,14 @@ def attend_head_window_block(const float[:, ::1] q, const float[:, ::1] keys, co
     scores = np.full((m, n + m - 1), np.nan, dtype=np.float32)
     out = np.zeros((m, hd), dtype=np.float32)
     lanes = np.full(GGML_LANES * hd, np.nan, dtype=np.float32)
-    table = np.zeros(n, dtype=np.uintp)
+    tables = np.zeros((2, n), dtype=np.uintp)
     cdef float[:, ::1] sv = scores
     cdef float[:, ::1] ov = out
     cdef float[::1] lv = lanes
-    cdef size_t[::1] tv = table
+    cdef size_t[:, ::1] tv = tables
     cdef int arith = arithmetic_code(arithmetic)
     attend_head_window(&q[0, 0], hd, &keys[0, 0], &values[0, 0], hd, fixed, window, m, hd, &sv[0, 0], n + m - 1,
-                       &ov[0, 0], hd, arith, &lv[0], <const float**>&tv[0])
+                       &ov[0, 0], hd, arith, &lv[0], <const float**>&tv[0, 0], <const float**>&tv[1, 0])
     return out
 
 

@@ -32,7 +32,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from pyllama.attention.base cimport threads_for
+from pyllama.attention.base cimport Attention, threads_for
 from pyllama.attention.gather cimport BLOCK_QUERIES, GatherAttention
 from pyllama.attention.head cimport GGML_LANES, attend_head_window
 from pyllama.kernels.rope cimport rope_spec_of, rope_row, rope_apply
@@ -163,23 +163,21 @@ cdef class WindowAttention(GatherAttention):
         (``attend_head_window``: the keys scored once for the chunk, each query's softmax and sum as one
         position's), and then the chunk's positions are kept. Any other chunk (the window still filling,
         sinks leaving a model's window), and every chunk without ``init_window_blocks``, runs one
-        position at a time (attend_c)."""
+        position at a time (the base's attend_block_c)."""
         cdef Py_ssize_t c0 = 0, m, j, q_dim = self.n_heads * self.head_dim, kv = self.kv_dim
-        cdef Py_ssize_t cap = self.layer_rows + BLOCK_QUERIES, hd = self.head_dim
-        cdef long long p0, f0, s0, w0, r0, f1, s1, w1, r1, fixed, t
+        cdef Py_ssize_t cap = self.layer_rows + BLOCK_QUERIES, hd = self.head_dim, at = self.layer_at(layer)
+        cdef long long p0, f0, s0, w0, r0, f1, s1, w1, r1, fixed, t, ring_row
         cdef int g, h, threads
         cdef float* keys
         cdef float* values
-        cdef const float* sink_rows
         while c0 < n:
             m = min(<Py_ssize_t>BLOCK_QUERIES, n - c0)
             p0 = pos + c0
             self.visible_span(layer, p0, &f0, &s0, &w0, &r0)
             self.visible_span(layer, p0 + m - 1, &f1, &s1, &w1, &r1)
             if self.span_rows == NULL or f0 != f1 or s0 != s1 or r0 != r1 or w1 != w0 + m - 1:
-                for j in range(m):
-                    self.attend_c(layer, p0 + j, q + (c0 + j) * q_dim, k + (c0 + j) * kv, v + (c0 + j) * kv,
-                                  out + (c0 + j) * q_dim)
+                Attention.attend_block_c(self, layer, p0, m, q + c0 * q_dim, k + c0 * kv, v + c0 * kv,
+                                         out + c0 * q_dim)
                 c0 += m
                 continue
             fixed = s0 - f0
@@ -187,16 +185,13 @@ cdef class WindowAttention(GatherAttention):
             for g in prange(self.n_kv_heads, schedule="static", num_threads=threads):
                 keys = self.span_rows + 2 * g * cap * hd
                 values = keys + cap * hd
-                sink_rows = self.sink_k + self.layer_at(layer) + g * hd
-                for t in range(fixed):
-                    memcpy(keys + t * hd, sink_rows + (f0 + t) * kv, hd * sizeof(float))
-                    memcpy(values + t * hd, self.sink_v + self.layer_at(layer) + (f0 + t) * kv + g * hd,
-                           hd * sizeof(float))
+                for t in range(fixed):  # sink positions f0 .. s0 - 1
+                    memcpy(keys + t * hd, self.sink_k + at + (f0 + t) * kv + g * hd, hd * sizeof(float))
+                    memcpy(values + t * hd, self.sink_v + at + (f0 + t) * kv + g * hd, hd * sizeof(float))
                 for t in range(r0 - 1):  # positions w0 .. p0 - 1, from their ring rows
-                    memcpy(keys + (fixed + t) * hd, self.ring_k + self.layer_at(layer) + g * hd
-                           + (w0 + t - self.sinks) % self.window * kv, hd * sizeof(float))
-                    memcpy(values + (fixed + t) * hd, self.ring_v + self.layer_at(layer) + g * hd
-                           + (w0 + t - self.sinks) % self.window * kv, hd * sizeof(float))
+                    ring_row = (w0 + t - self.sinks) % self.window
+                    memcpy(keys + (fixed + t) * hd, self.ring_k + at + ring_row * kv + g * hd, hd * sizeof(float))
+                    memcpy(values + (fixed + t) * hd, self.ring_v + at + ring_row * kv + g * hd, hd * sizeof(float))
                 for t in range(m):  # the chunk's own positions, from the block
                     memcpy(keys + (fixed + r0 - 1 + t) * hd, k + (c0 + t) * kv + g * hd, hd * sizeof(float))
                     memcpy(values + (fixed + r0 - 1 + t) * hd, v + (c0 + t) * kv + g * hd, hd * sizeof(float))
@@ -205,7 +200,8 @@ cdef class WindowAttention(GatherAttention):
                 attend_head_window(q + c0 * q_dim + h * hd, q_dim, keys, keys + cap * hd, hd, fixed, r0, m, hd,
                                    self.scores + h * self.score_rows, self.score_rows // BLOCK_QUERIES,
                                    out + c0 * q_dim + h * hd, q_dim, self.arithmetic,
-                                   self.lanes + h * GGML_LANES * hd, self.vptr + h * self.rows)
+                                   self.lanes + h * GGML_LANES * hd, self.kptr + h * self.rows,
+                                   self.vptr + h * self.rows)
             for j in range(m):
                 self.keep(layer, p0 + j, k + (c0 + j) * kv, v + (c0 + j) * kv)
             c0 += m
