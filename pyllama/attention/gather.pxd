@@ -1,6 +1,5 @@
 # Base of the built-in plugins: shapes, per-layer counters, row tables and the loops that fill them (gather.pyx).
 
-from libc.stdlib cimport qsort
 
 from pyllama.attention.base cimport Attention
 from pyllama.attention.head cimport GGML_LANES, attend_head, attend_head_rows
@@ -97,14 +96,3 @@ cdef inline long long take_ring(const float** kp, const float** vp, float* bias,
         for i in range(n):
             bias[j + i] = 0.0
     return j + n
-
-
-cdef inline int _cmp_position(const void* a, const void* b) noexcept nogil:
-    cdef long long x = (<const long long*>a)[0]
-    cdef long long y = (<const long long*>b)[0]
-    return (x > y) - (x < y)
-
-
-cdef inline void sort_positions(long long* positions, long long n) noexcept nogil:
-    """positions[0 .. n-1] in ascending order (the order the shared routine attends rows in)."""
-    qsort(positions, n, sizeof(long long), _cmp_position)
