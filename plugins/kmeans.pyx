@@ -27,8 +27,9 @@ left out and this is ``causal`` bit for bit.
 It saves compute, not memory: the full float32 K/V cache stays (``pyllama.attention.dense``'s
 ``[n_layers, positions, row_floats]``, ``positions`` defaulting to the model's context like
 ``causal``), and the ledger adds the centroids, sizes, assignments and member lists. A decode step
-costs O(sinks + window + budget + clusters) attention per head plus the clustering, amortised over
-``recluster`` tokens: O(middle x clusters x (iters + 1) / recluster).
+costs O(sinks + window + budget + clusters) attention per head, a pass over the middle's cluster
+labels to list the chosen members, and the clustering, amortised over ``recluster`` tokens:
+O(middle x clusters x (iters + 1) / recluster).
 """
 
 from cython.parallel cimport prange
