@@ -11,7 +11,8 @@ keys and values, then attends each head's queries together (``attend_prefix``, g
 ``attend_head_rows``, up to ``BLOCK_QUERIES`` at a time): a long cache is then read once per group
 of queries instead of once per position, with the bits of one position at a time. The base's scores
 scratch is sized for that, ``[n_heads, BLOCK_QUERIES, positions]`` floats; one position at a time
-uses its first row.
+uses its first row, and attends the query heads that share a KV head together (``attend_heads``,
+head.pyx's ``attend_group_rows``): that KV head's rows are read once per step, not once per head.
 """
 
 from cython.parallel cimport prange
@@ -52,13 +53,19 @@ cdef class Causal(DenseAttention):
 
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
         self.keep(layer, pos, k, v)
-        cdef long long n = pos + 1, P = self.positions
-        cdef int h
-        for h in prange(self.n_heads, schedule="static",
-                        num_threads=threads_for(self.n_threads, n * self.n_heads * self.head_dim)):
-            self.take_positions(self.kptr + h * P, self.vptr + h * P, NULL, 0, layer, 0, n,
-                                (h // self.kv_mul) * self.head_dim)
-            self.attend_gathered(h, q, NULL, n, out)
+        cdef long long n = pos + 1
+        cdef int g, u, h0, count, hd = self.head_dim
+        cdef int team = threads_for(self.n_threads, n * self.n_heads * hd)
+        cdef int parts = self.group_parts(team), size = (self.kv_mul + parts - 1) // parts
+        cdef Py_ssize_t off
+        # the heads sharing a KV head together: its rows 0 .. pos read once for them
+        for u in prange(self.n_kv_heads * parts, schedule="static", num_threads=team):
+            g = u // parts
+            h0 = g * self.kv_mul + (u % parts) * size
+            count = min(size, (g + 1) * self.kv_mul - h0)
+            if count > 0:
+                off = layer * self.positions * self.row_floats + g * hd
+                self.attend_heads(h0, count, q, self.keys + off, self.values + off, self.row_floats, n, out)
         return 0
 
     cdef int attend_block_c(self, int layer, long long pos, Py_ssize_t n, float* q, float* k, float* v,

@@ -25,7 +25,7 @@ from conftest import read_jsonl, shared_file
 from test_quant_models import teacher_forced
 
 from pyllama.attention import attend_one_head
-from pyllama.attention.head import attend_head_block, attend_head_window_block
+from pyllama.attention.head import attend_head_block, attend_head_group, attend_head_window_block
 from pyllama.checkpoint import load_checkpoint
 from pyllama.kernels import rope
 from pyllama.kernels.elementwise import ggml_exp
@@ -60,7 +60,7 @@ def _ggml_dot(x: np.ndarray, y: np.ndarray) -> np.float32:
     return s
 
 
-def _ggml_attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _ggml_weights(q: np.ndarray, keys: np.ndarray) -> np.ndarray:
     n, hd = keys.shape
     scale = F32(1) / np.sqrt(F32(hd))
     scores = np.array([_ggml_dot(k, q) * scale for k in keys], F32)
@@ -70,7 +70,12 @@ def _ggml_attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.n
     total = 0.0
     for g in padded.reshape(-1, 8):
         total += float(((g[0] + g[4]) + (g[2] + g[6])) + ((g[1] + g[5]) + (g[3] + g[7])))
-    weights = padded[:n] * F32(1.0 / total)
+    return padded[:n] * F32(1.0 / total)
+
+
+def _ggml_attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    n, hd = keys.shape
+    weights = _ggml_weights(q, keys)
     lanes = np.zeros((32, hd), F32)
     for t in range(n):
         lanes[t % 32] = _fma(values[t], weights[t], lanes[t % 32])
@@ -134,6 +139,32 @@ def test_moving_window_block_follows_ggml_order_bitwise(fixed, window, m, hd):
     got = attend_head_window_block(q, keys, values, fixed, window, arithmetic="run.c")
     for j in range(m):
         assert np.array_equal(got[j], attend_one_head(q[j], keys[rows[j]], values[rows[j]])), j
+
+
+# the query heads of one position sharing a KV head (n rows, g heads, head size): every head over the
+# same rows, scored 64 rows at a time for all heads and summed four heads at a time (a method's step,
+# causal's decode); n covers partial tiles of 8, 32 and 64 rows, g partial and several groups of four
+HEADS = [(1, 3, 64), (63, 2, 64), (64, 3, 64), (130, 9, 64), (33, 4, 48), (200, 5, 44), (7, 1, 32), (97, 2, 80)]
+
+
+@pytest.mark.parametrize(("n", "g", "hd"), HEADS)
+def test_heads_sharing_a_kv_head_follow_ggml_order_bitwise(n, g, hd):
+    rng = np.random.default_rng(n * g + hd)
+    q = (rng.standard_normal((g, hd)) * 2).astype(F32)
+    keys = rng.standard_normal((n, hd)).astype(F32)
+    values = rng.standard_normal((n, hd)).astype(F32)
+    got, weights = attend_head_group(q, keys, values, arithmetic="ggml")
+    for j in range(g):
+        assert np.array_equal(got[j], _ggml_attention(q[j], keys, values)), j
+        assert np.array_equal(weights[j], _ggml_weights(q[j], keys)), j
+    got, weights = attend_head_group(q, keys, values, arithmetic="run.c")
+    for j in range(g):
+        assert np.array_equal(got[j], attend_one_head(q[j], keys, values)), j
+    # and they are the softmax of the scores: weights below 1 in float32 (steps of 6e-8 there) from
+    # ggml's exp, whose error is a few ulps
+    s = keys.astype(F64) @ q.T.astype(F64) / np.sqrt(hd)
+    a = np.exp(s - s.max(axis=0))
+    assert np.allclose(weights, (a / a.sum(axis=0)).T, rtol=0, atol=1e-6)
 
 
 def _libm():

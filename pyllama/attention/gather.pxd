@@ -2,7 +2,7 @@
 
 
 from pyllama.attention.base cimport Attention
-from pyllama.attention.head cimport GGML_LANES, attend_head, attend_head_rows
+from pyllama.attention.head cimport GGML_LANES, attend_group_rows, attend_head, attend_head_rows
 
 # queries of a block attended together over contiguous rows (attend_prefix): 16 rows of scores of an
 # 8k cache are 512 KiB per head
@@ -49,6 +49,22 @@ cdef class GatherAttention(Attention):
                              self.score_rows // BLOCK_QUERIES, out + j0 * q_dim + h * hd, q_dim, self.arithmetic,
                              self.lanes + h * GGML_LANES * hd)
 
+    # The query heads of one position that share a KV head, from head h0 on, count of them (q, out:
+    # n_heads * head_dim floats), over that KV head's contiguous rows 0 .. n - 1 (keys/values +
+    # t * stride): the rows read once for the heads, with attend_head's bits for each
+    cdef inline void attend_heads(self, int h0, int count, const float* q, const float* keys, const float* values,
+                                  Py_ssize_t stride, long long n, float* out) noexcept nogil:
+        attend_group_rows(q + h0 * self.head_dim, keys, values, stride, n, count, self.head_dim,
+                          self.scores + h0 * self.score_rows, self.score_rows, out + h0 * self.head_dim,
+                          self.arithmetic, self.lanes + h0 * GGML_LANES * self.head_dim)
+
+    # How many parts a KV head's query heads are split into for a team of threads: one (its rows read
+    # once per step) unless there are fewer KV heads than threads. Part p of KV head g is the heads
+    # g * kv_mul + p * size .. of size = ceil(kv_mul / parts) (a last part may be short or empty).
+    cdef inline int group_parts(self, int team) noexcept nogil:
+        if self.n_kv_heads >= team:
+            return 1
+        return min(self.kv_mul, (team + self.n_kv_heads - 1) // self.n_kv_heads)
 
 # ---- gathering: append rows to one head's tables kp/vp at index j; return the new count ------------
 # keys/values point at the first row (already offset to the KV head); rows are `stride` floats apart.

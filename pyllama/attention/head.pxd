@@ -22,3 +22,10 @@ cdef void attend_head_window(const float* q, Py_ssize_t q_stride, const float* k
                              Py_ssize_t stride, long long fixed, long long window, Py_ssize_t m, int head_dim,
                              float* scores, Py_ssize_t score_stride, float* out, Py_ssize_t out_stride,
                              int arithmetic, float* lanes, const float** kp, const float** vp) noexcept nogil
+
+# the query heads j < g of one position that share a KV head, each over the same contiguous rows
+# 0 .. n - 1, with attend_head's bits; a KV head's rows read once for the g heads (head.pyx); lanes:
+# [GGML_LANES, head_dim] scratch
+cdef void attend_group_rows(const float* q, const float* keys, const float* values, Py_ssize_t stride,
+                            long long n, int g, int head_dim, float* scores, Py_ssize_t score_stride, float* out,
+                            int arithmetic, float* lanes) noexcept nogil

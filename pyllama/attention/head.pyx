@@ -47,7 +47,6 @@ import numpy as np
 cdef enum:
     ROW_TILE = 64
 
-
 # ggml's arithmetic, inlined here from the kernels' header (a path relative to this module's C file)
 cdef extern from "../kernels/ggml_math.h":
     void pyllama_ggml_softmax(float* x, long n) nogil
@@ -57,21 +56,25 @@ cdef extern from "ggml_attend.h":
                                     Py_ssize_t stride, long n, int hd, float* lanes) nogil
     void pyllama_ggml_scores(float* scores, const float* q, const float* const* kp, const float* base,
                              Py_ssize_t stride, long n, int hd, float scale) nogil
+    void pyllama_ggml_scores_group(float* scores, Py_ssize_t score_stride, const float* q, Py_ssize_t q_stride,
+                                   int g, const float* base, Py_ssize_t stride, long n, int hd, float scale) nogil
 
 cdef extern from "scores_tile.h":
     bint PYLLAMA_BLOCK_VECTORS
     void pyllama_scores_block(float* scores, Py_ssize_t score_stride, const float* q, Py_ssize_t q_stride,
                               const float* keys, Py_ssize_t stride, long n, long m, int hd, float scale, float* kt,
-                              int ggml) nogil
+                              int ggml, long grow) nogil
 
 cdef extern from "runc_attend_group.h":
     void pyllama_runc_weighted_group(float* out, Py_ssize_t out_stride, const float* w, Py_ssize_t w_stride,
-                                     const float* base, Py_ssize_t stride, long n0, int g, int hd) nogil
+                                     const float* base, Py_ssize_t stride, long n0, int g, int hd,
+                                     long grow) nogil
 
 cdef extern from "ggml_attend_group.h":
     int PYLLAMA_GROUP_QUERIES
     void pyllama_ggml_weighted_group(float* out, Py_ssize_t out_stride, const float* w, Py_ssize_t w_stride,
-                                     const float* base, Py_ssize_t stride, long n0, int g, int hd) nogil
+                                     const float* base, Py_ssize_t stride, long n0, int g, int hd,
+                                     long grow) nogil
 
 
 # The arithmetic of both routines, once: a row's score, and a value row added to an output with its
@@ -161,7 +164,7 @@ cdef void attend_head_window(const float* q, Py_ssize_t q_stride, const float* k
     cdef bint shared = tiles_score(m, head_dim, ggml)
     if shared:
         pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim,
-                             ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim), lanes, ggml)
+                             ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim), lanes, ggml, 1)
     for j in range(m):
         sc = scores + j * score_stride
         for t in range(n):
@@ -197,7 +200,7 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
     cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
     cdef bint scored = tiles_score(m, head_dim, ggml)
     if scored:
-        pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes, ggml)
+        pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes, ggml, 1)
     elif ggml:
         for j in range(m):
             pyllama_ggml_scores(scores + j * score_stride, q + j * q_stride, NULL, keys, stride, n + j, head_dim,
@@ -212,7 +215,7 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
             j = c * PYLLAMA_GROUP_QUERIES
             pyllama_ggml_weighted_group(out + j * out_stride, out_stride, scores + j * score_stride, score_stride,
                                         values, stride, n + j, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
-                                        head_dim)
+                                        head_dim, 1)
         return
     # pyllama's order: the scores tile by tile for all queries, a tile of keys read once for the block
     # (a score is its row's and its query's alone, whatever rows are computed beside it), unless the
@@ -237,7 +240,7 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
                     softmax(scores + i * score_stride, n + i)
             pyllama_runc_weighted_group(out + j * out_stride, out_stride, scores + j * score_stride, score_stride,
                                         values, stride, n + j, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
-                                        head_dim)
+                                        head_dim, 1)
         return
     for j in range(m):
         softmax(scores + j * score_stride, n + j)
@@ -252,6 +255,65 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
             o = out + j * out_stride
             end = min(t1, n + j)
             for t in range(t0, end):
+                add_weighted(o, sc[t], values + t * stride, head_dim)
+
+
+cdef void attend_group_rows(const float* q, const float* keys, const float* values, Py_ssize_t stride,
+                            long long n, int g, int head_dim, float* scores, Py_ssize_t score_stride, float* out,
+                            int arithmetic, float* lanes) noexcept nogil:
+    """Query heads j < g of one position (q + j * head_dim, out + j * head_dim: the heads that share a KV
+    head) over the same contiguous rows 0 .. n - 1 of that KV head (keys/values + t * stride); head j's
+    softmax weights are left at scores + j * score_stride (>= n floats); lanes: [32, head_dim] scratch.
+    From four heads on the keys are transposed a tile at a time and scored for every head (scores_tile.h,
+    as a block's queries; a tile's transpose costs about what three heads' scores row by row cost on
+    SmolLM2), fewer are scored row by row; the value rows are summed four heads at a time in registers
+    (the weighted sums of attend_head_rows, every query over the same rows). One step reads a KV
+    head's cache once, not once per query head, and each head gets the operations of attend_head, in
+    its order."""
+    cdef Py_ssize_t j, i, c, t, t0, t1
+    cdef float* sc
+    cdef float* o
+    cdef bint ggml = arithmetic == ARITH_GGML
+    cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
+    if tiles_score(g, head_dim, ggml):
+        pyllama_scores_block(scores, score_stride, q, head_dim, keys, stride, n, g, head_dim, scale, lanes, ggml, 0)
+    elif ggml:
+        pyllama_ggml_scores_group(scores, score_stride, q, head_dim, g, keys, stride, n, head_dim, scale)
+    else:
+        for c in range((n + ROW_TILE - 1) // ROW_TILE):
+            t0 = c * ROW_TILE
+            t1 = min(t0 + ROW_TILE, n)
+            for j in range(g):
+                sc = scores + j * score_stride
+                for t in range(t0, t1):
+                    sc[t] = row_score(q + j * head_dim, keys + t * stride, head_dim, scale)
+    if ggml:
+        for j in range(g):
+            pyllama_ggml_softmax(scores + j * score_stride, n)
+        for c in range((g + PYLLAMA_GROUP_QUERIES - 1) // PYLLAMA_GROUP_QUERIES):
+            j = c * PYLLAMA_GROUP_QUERIES
+            pyllama_ggml_weighted_group(out + j * head_dim, head_dim, scores + j * score_stride, score_stride,
+                                        values, stride, n, min(PYLLAMA_GROUP_QUERIES, g - j), head_dim, 0)
+        return
+    for j in range(g):
+        softmax(scores + j * score_stride, n)
+    if PYLLAMA_BLOCK_VECTORS:
+        for c in range((g + PYLLAMA_GROUP_QUERIES - 1) // PYLLAMA_GROUP_QUERIES):
+            j = c * PYLLAMA_GROUP_QUERIES
+            pyllama_runc_weighted_group(out + j * head_dim, head_dim, scores + j * score_stride, score_stride,
+                                        values, stride, n, min(PYLLAMA_GROUP_QUERIES, g - j), head_dim, 0)
+        return
+    for j in range(g):
+        o = out + j * head_dim
+        for i in range(head_dim):
+            o[i] = 0.0
+    for c in range((n + ROW_TILE - 1) // ROW_TILE):
+        t0 = c * ROW_TILE
+        t1 = min(t0 + ROW_TILE, n)
+        for j in range(g):
+            sc = scores + j * score_stride
+            o = out + j * head_dim
+            for t in range(t0, t1):
                 add_weighted(o, sc[t], values + t * stride, head_dim)
 
 
@@ -307,6 +369,27 @@ def attend_head_block(const float[:, ::1] q, const float[:, ::1] keys, const flo
     attend_head_rows(&q[0, 0], hd, &keys[0, 0], &values[0, 0], hd, n, m, hd, &sv[0, 0], n + m - 1, &ov[0, 0], hd,
                      arith, &lv[0])
     return out
+
+
+def attend_head_group(const float[:, ::1] q, const float[:, ::1] keys, const float[:, ::1] values,
+                      arithmetic="run.c"):
+    """``attend_group_rows`` on numpy arrays (for tests): each query head j of q [g, head_dim] (the
+    heads of one position sharing a KV head) attends every row of keys/values [n, head_dim]; returns
+    (out [g, head_dim], the heads' softmax weights [g, n])."""
+    cdef Py_ssize_t g = q.shape[0], n = keys.shape[0]
+    cdef int hd = q.shape[1]
+    if g == 0 or n == 0 or keys.shape[1] != hd or values.shape[0] != n or values.shape[1] != hd:
+        raise ValueError("attend_head_group: q [g >= 1, head_dim], keys and values [n >= 1, head_dim]")
+    weights = np.full((g, n), np.nan, dtype=np.float32)
+    out = np.full((g, hd), np.nan, dtype=np.float32)
+    cdef float[:, ::1] wv = weights
+    cdef float[:, ::1] ov = out
+    lanes = np.full(GGML_LANES * hd, np.nan, dtype=np.float32)
+    cdef float[::1] lv = lanes
+    cdef int arith = arithmetic_code(arithmetic)
+    attend_group_rows(&q[0, 0], &keys[0, 0], &values[0, 0], hd, n, <int>g, hd, &wv[0, 0], n, &ov[0, 0], arith,
+                      &lv[0])
+    return out, weights
 
 
 def attend_head_window_block(const float[:, ::1] q, const float[:, ::1] keys, const float[:, ::1] values,

@@ -156,10 +156,23 @@ cdef class RowStore(GatherAttention):
         """The last m appended positions' queries (q, out: m rows of q_dim) attend, per query head, their
         KV head's rows up to their own, with the shared routine (``QUERIES`` at a time). For m = 1 the
         scores scratch of head h then holds its softmax weights over the KV head's rows."""
-        cdef int h, g, hd = self.head_dim, q_dim = self.n_heads * self.head_dim
+        cdef int h, g, u, h0, count, hd = self.head_dim, q_dim = self.n_heads * self.head_dim
         cdef Py_ssize_t c, j0, off
         cdef long long first, work = self.rows_held(layer, 0)[0] * m * self.n_heads * hd
-        for h in prange(self.n_heads, schedule="static", num_threads=threads_for(self.n_threads, work)):
+        cdef int team = threads_for(self.n_threads, work), parts, size
+        if m == 1:  # a step: the heads sharing a KV head together, its rows read once
+            parts = self.group_parts(team)
+            size = (self.kv_mul + parts - 1) // parts
+            for u in prange(self.n_kv_heads * parts, schedule="static", num_threads=team):
+                g = u // parts
+                h0 = g * self.kv_mul + (u % parts) * size
+                count = min(size, (g + 1) * self.kv_mul - h0)
+                if count > 0:
+                    off = self.row_of(layer, g) * hd
+                    self.attend_heads(h0, count, q, self.keys + off, self.values + off, hd,
+                                      self.rows_held(layer, g)[0], out)
+            return
+        for h in prange(self.n_heads, schedule="static", num_threads=team):
             g = h // self.kv_mul
             first = self.rows_held(layer, g)[0] - m + 1  # the rows the block's first query attends
             off = self.row_of(layer, g) * hd

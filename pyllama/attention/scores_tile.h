@@ -130,17 +130,19 @@ static inline void pyllama_scores_from_tile(float* out, const float* q, const fl
 #undef PYLLAMA_W
 #endif
 
-/* scores[j * score_stride + t] for queries j < m and rows t < n + j: pyllama_ggml_dot_f32(keys + t * stride,
+/* scores[j * score_stride + t] for queries j < m and rows t < n + j * grow (grow 1: a block's consecutive
+   queries; grow 0: the query heads of one position over the same rows): pyllama_ggml_dot_f32(keys + t * stride,
    q + j * q_stride, hd) * scale when ggml, else pyllama_dot_f32(q + j * q_stride, keys + t * stride, hd) /
    scale (hd a multiple of 16); kt: [32, hd] scratch. The portable build has no vector type: it scores
    llama.cpp's order one row at a time here, and pyllama's in head.pyx. */
 static inline void pyllama_scores_block(float* scores, ptrdiff_t score_stride, const float* q, ptrdiff_t q_stride,
                                         const float* keys, ptrdiff_t stride, long n, long m, int hd, float scale,
-                                        float* kt, int ggml) {
-    const long total = n + m - 1;
+                                        float* kt, int ggml, long grow) {
+    const long total = n + (m - 1) * grow;
     for (long t0 = 0; t0 < total; t0 += PYLLAMA_KEY_TILE) {
         const long t1 = total - t0 < PYLLAMA_KEY_TILE ? total : t0 + PYLLAMA_KEY_TILE;
-        const long j0 = t0 - n + 1 > 0 ? t0 - n + 1 : 0; /* the first query whose rows reach the tile */
+        /* the first query whose rows reach the tile */
+        const long j0 = grow && t0 - n + 1 > 0 ? t0 - n + 1 : 0;
 #ifdef PYLLAMA_GV
         pyllama_transpose_keys(kt, keys + t0 * stride, stride, (int)(t1 - t0), hd);
 #else
@@ -148,7 +150,7 @@ static inline void pyllama_scores_block(float* scores, ptrdiff_t score_stride, c
         (void)ggml;
 #endif
         for (long j = j0; j < m; j++) {
-            const long end = t1 < n + j ? t1 : n + j;
+            const long end = t1 < n + j * grow ? t1 : n + j * grow;
 #ifdef PYLLAMA_GV
             pyllama_scores_from_tile(scores + j * score_stride + t0, q + j * q_stride, kt, end - t0, hd, scale, ggml);
 #else
