@@ -28,8 +28,7 @@ It saves compute, not memory: the full float32 K/V cache stays (``pyllama.attent
 ``[n_layers, positions, row_floats]``, ``positions`` defaulting to the model's context like
 ``causal``), and the ledger adds the centroids, sizes, assignments and member lists. A decode step
 costs O(sinks + window + budget + clusters) attention per head, a pass over the middle's cluster
-labels to list the chosen members, and the clustering, amortised over ``recluster`` tokens:
-O(middle x clusters x (iters + 1) / recluster).
+labels, and the clustering, amortised: O(middle x clusters x (iters + 1) / recluster).
 """
 
 from cython.parallel cimport prange
@@ -284,20 +283,18 @@ cdef class KMeans(DenseAttention):
         add_member(&cl, self.keys + row, self.values + row, p)
 
     cdef long long _choose(self, int h, int layer, const float* qh, long long* n_order) noexcept nogil:
-        """Rank the non-empty clusters for query head h (descending score, ties: lower index first),
-        take whole clusters until ``budget`` tokens are chosen, list their members in sel[h] in
-        position order. Returns how many; n_order: the ranked clusters (corder[h])."""
+        """Rank the non-empty clusters for query head h (descending score, ties: lower index first), take whole
+        clusters until ``budget`` tokens, list their members in sel[h] in position order; returns how many."""
         cdef long long C = self.clusters, P = self.positions, c, a, n_sel = 0, chosen = 0, p
         cdef Py_ssize_t hd = self.head_dim
         cdef int gh = h // self.kv_mul
         cdef long long base = (layer * self.n_kv_heads + gh) * C
-        cdef float inv_scale = 1.0 / sqrtf(<float>hd)
+        cdef float inv_scale = 1.0 / sqrtf(<float>hd), key_s
         cdef float* cs = self.cscore + h * C
         cdef int32_t* order = self.corder + h * C
         cdef uint8_t* mark = self.cmark + h * C
         cdef long long* sel = self.sel + h * P
         cdef const int32_t* assign = self.assign + (layer * self.n_kv_heads + gh) * P
-        cdef float key_s
         n_order[0] = 0
         for c in range(C):
             mark[c] = 0
@@ -319,9 +316,8 @@ cdef class KMeans(DenseAttention):
             c = order[a]
             mark[c] = 1
             chosen = chosen + self.csize[base + c]
-        # Every middle position has a cluster, so one pass over them in order lists the chosen members
-        # already sorted: O(middle) where walking the member lists and sorting cost O(chosen log chosen),
-        # which at thousands of chosen tokens was most of a step.
+        # every middle position has a cluster: one pass in order lists the chosen members sorted (sorting
+        # the member lists' thousands of positions was most of a step)
         for p in range(self.sinks, self.sinks + self.n_mid[layer]):
             if n_sel == chosen:
                 break

@@ -25,7 +25,7 @@ from conftest import read_jsonl, shared_file
 from test_quant_models import teacher_forced
 
 from pyllama.attention import attend_one_head
-from pyllama.attention.head import attend_head_block, attend_head_group, attend_head_window_block
+from pyllama.attention.head_blocks import attend_head_block, attend_head_group, attend_head_window_block
 from pyllama.checkpoint import load_checkpoint
 from pyllama.kernels import rope
 from pyllama.kernels.elementwise import ggml_exp
