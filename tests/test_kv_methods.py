@@ -145,7 +145,8 @@ def test_blocks_and_threads_give_the_bits_of_one_position_at_a_time(spec):
     one = attach(create_plugin(spec), CONFIG)
     event = EVENT if one.compresses_at_event else None
     single = drive(one, q, k, v, q_pre, event=event)
-    for block, threads in ((7, 1), (16, 1), (1, 2), (5, 2)):
+    # 4 threads over 2 KV heads: a step splits each KV head's query heads in two (group_parts)
+    for block, threads in ((7, 1), (16, 1), (1, 2), (5, 2), (1, 4)):
         plugin = attach(create_plugin(spec), CONFIG, threads)
         previous = set_serial_below(0)  # every loop on the team, however little work
         try:
@@ -154,6 +155,20 @@ def test_blocks_and_threads_give_the_bits_of_one_position_at_a_time(spec):
             set_serial_below(previous)
         np.testing.assert_array_equal(run.out, single.out, err_msg=f"{spec} block {block} threads {threads}")
         assert final_held(plugin) == final_held(one)
+
+
+def test_causal_steps_give_the_same_bits_for_any_split_of_a_kv_heads_query_heads():
+    from pyllama.kernels.threads import set_serial_below
+
+    q, k, v, _ = random_qkv(3)
+    single = drive(attach(create_plugin("causal"), CONFIG), q, k, v, event=None, record=False)
+    for threads in (2, 3, 4):  # 2 KV heads: teams of 3 and 4 split each one's two query heads
+        previous = set_serial_below(0)
+        try:
+            run = drive(attach(create_plugin("causal"), CONFIG, threads), q, k, v, event=None, record=False)
+        finally:
+            set_serial_below(previous)
+        np.testing.assert_array_equal(run.out, single.out, err_msg=f"threads {threads}")
 
 
 @pytest.mark.parametrize("spec", EVENT_SPECS)
