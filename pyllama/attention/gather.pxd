@@ -1,6 +1,5 @@
 # Base of the built-in plugins: shapes, per-layer counters, row tables and the loops that fill them (gather.pyx).
 
-
 from pyllama.attention.base cimport Attention
 from pyllama.attention.head cimport GGML_LANES, attend_group_rows, attend_head, attend_head_rows
 

@@ -185,19 +185,22 @@ static inline void pyllama_ggml_scores(float* scores, const float* q, const floa
         scores[t] = pyllama_ggml_dot_f32(pyllama_kv_row(kp, base, stride, t), q, hd) * scale;
 }
 
-/* pyllama_ggml_scores of g queries (q + j * q_stride) over the same contiguous rows 0 .. n - 1, into
-   scores + j * score_stride (the query heads of one position sharing a KV head): 64 rows at a time for
-   every query, so the 16 KiB of a 64-wide head's rows scored for the first query are still in L1 for the
-   others. A score is its row's and query's alone, and the batches of eight rows fall where they fall
-   for n rows at once: the same bits. */
+/* pyllama_ggml_scores of m queries (q + j * q_stride) over rows 0 .. n + j * grow - 1, into
+   scores + j * score_stride (grow 1: a block's consecutive queries; grow 0: the query heads of one
+   position over the same rows): 64 rows at a time for every query, so the 16 KiB of a 64-wide head's
+   rows scored for the first query are still in L1 for the others. A score is its row's and query's
+   alone, computed the same way in a batch of eight rows or alone: the same bits. */
 static inline void pyllama_ggml_scores_group(float* scores, ptrdiff_t score_stride, const float* q,
-                                             ptrdiff_t q_stride, int g, const float* base, ptrdiff_t stride, long n,
-                                             int hd, float scale) {
-    for (long t0 = 0; t0 < n; t0 += 64) {
-        const long c = n - t0 < 64 ? n - t0 : 64;
-        for (int j = 0; j < g; j++)
-            pyllama_ggml_scores(scores + j * score_stride + t0, q + j * q_stride, NULL, base + t0 * stride, stride, c,
-                                hd, scale);
+                                             ptrdiff_t q_stride, long m, const float* base, ptrdiff_t stride, long n,
+                                             long grow, int hd, float scale) {
+    const long total = n + (m - 1) * grow;
+    for (long t0 = 0; t0 < total; t0 += 64) {
+        for (long j = 0; j < m; j++) {
+            const long rows = n + j * grow, end = t0 + 64 < rows ? t0 + 64 : rows;
+            if (end > t0)
+                pyllama_ggml_scores(scores + j * score_stride + t0, q + j * q_stride, NULL, base + t0 * stride, stride,
+                                    end - t0, hd, scale);
+        }
     }
 }
 #endif

@@ -15,7 +15,9 @@ shared by the queries, transposed so that a vector holds one lane of many rows, 
 for four queries at a time with their outputs in registers, and performs, for each query, exactly
 the operations of ``attend_head`` in the same order (the same dot product lanes and reduction,
 division, softmax and ascending sum per output element): the same bits, as the block tests and
-test_ggml_attention check against one position at a time.
+test_ggml_attention check against one position at a time. ``attend_group_rows`` takes the query
+heads of one position that share a KV head the same way, every head over the same rows, so that a
+step reads the KV head's rows once.
 
 GGUF models (``ModelConfig.arithmetic == "ggml"``) attend in llama.cpp's arithmetic instead, so that
 pyllama's attention output carries the bits of llama.cpp's CPU backend (f32 K/V cache, no flash
@@ -57,7 +59,8 @@ cdef extern from "ggml_attend.h":
     void pyllama_ggml_scores(float* scores, const float* q, const float* const* kp, const float* base,
                              Py_ssize_t stride, long n, int hd, float scale) nogil
     void pyllama_ggml_scores_group(float* scores, Py_ssize_t score_stride, const float* q, Py_ssize_t q_stride,
-                                   int g, const float* base, Py_ssize_t stride, long n, int hd, float scale) nogil
+                                   long m, const float* base, Py_ssize_t stride, long n, long grow, int hd,
+                                   float scale) nogil
 
 cdef extern from "scores_tile.h":
     bint PYLLAMA_BLOCK_VECTORS
@@ -183,67 +186,86 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
                            Py_ssize_t stride, long long n, Py_ssize_t m, int head_dim, float* scores,
                            Py_ssize_t score_stride, float* out, Py_ssize_t out_stride, int arithmetic,
                            float* lanes) noexcept nogil:
-    """Queries j < m (q + j * q_stride) over rows 0 .. n + j - 1 (keys/values + t * stride); out j at
-    out + j * out_stride; scores: [m, score_stride >= n + m - 1] scratch; lanes: [32, head_dim]
-    scratch. Where the build has vectors (AVX2 or AVX-512), the scores come from tiles of 32 keys
-    transposed into lanes (scores_tile.h; pyllama's order for head sizes that are multiples of 16),
-    then each query's softmax (pyllama's four at a time, softmax4), then the weighted sums of groups
-    of four queries in registers (ggml_attend_group.h, runc_attend_group.h). The portable build
-    scores pyllama's order tile by tile below and adds each value row through memory. Every route
-    gives each query the operations of attend_head, in its order."""
-    cdef long long t, c, t0, t1, end, total = n + m - 1
+    """Queries j < m (q + j * q_stride) over rows 0 .. n + j - 1 (keys/values + t * stride): a block's
+    consecutive positions of one head; out j at out + j * out_stride; scores: [m, score_stride >= n +
+    m - 1] scratch; lanes: [32, head_dim] scratch (``attend_query_rows``)."""
+    attend_query_rows(q, q_stride, keys, values, stride, n, m, 1, head_dim, scores, score_stride, out, out_stride,
+                      arithmetic, lanes)
+
+
+cdef void attend_group_rows(const float* q, const float* keys, const float* values, Py_ssize_t stride,
+                            long long n, int g, int head_dim, float* scores, Py_ssize_t score_stride, float* out,
+                            int arithmetic, float* lanes) noexcept nogil:
+    """Query heads j < g of one position (q + j * head_dim, out + j * head_dim: the heads that share a KV
+    head) over the same rows 0 .. n - 1 of that KV head (keys/values + t * stride); head j's softmax
+    weights are left at scores + j * score_stride (>= n floats); lanes: [32, head_dim] scratch. A
+    step then reads a KV head's rows once for its heads, not once per head (``attend_query_rows``)."""
+    attend_query_rows(q, head_dim, keys, values, stride, n, g, 0, head_dim, scores, score_stride, out, head_dim,
+                      arithmetic, lanes)
+
+
+cdef void attend_query_rows(const float* q, Py_ssize_t q_stride, const float* keys, const float* values,
+                            Py_ssize_t stride, long long n, Py_ssize_t m, long grow, int head_dim, float* scores,
+                            Py_ssize_t score_stride, float* out, Py_ssize_t out_stride, int arithmetic,
+                            float* lanes) noexcept nogil:
+    """Queries j < m over rows 0 .. n + j * grow - 1 (grow 1: consecutive positions of one head; grow
+    0: heads of one position over the same rows). Where the build has vectors (AVX2 or AVX-512) and
+    there are four queries or more, the scores come from tiles of 32 keys transposed into lanes
+    (scores_tile.h; pyllama's order for head sizes that are multiples of 16; a tile's transpose costs
+    about what three queries' scores row by row cost), fewer are scored 64 rows at a time for every
+    query; then each query's softmax (pyllama's four consecutive ones at a time, softmax4), then the
+    weighted sums of groups of four queries in registers (ggml_attend_group.h, runc_attend_group.h).
+    The portable build adds each value row through memory. Every route gives each query the
+    operations of attend_head, in its order."""
+    cdef long long t, c, t0, t1, end, total = n + (m - 1) * grow
     cdef Py_ssize_t j, i
     cdef float* sc
     cdef float* o
     cdef bint ggml = arithmetic == ARITH_GGML
     # run.c divides a score by sqrt(head_dim), llama.cpp multiplies it by 1 / sqrt(head_dim)
     cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
-    cdef bint scored = tiles_score(m, head_dim, ggml)
-    if scored:
-        pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes, ggml, 1)
+    if tiles_score(m, head_dim, ggml):
+        pyllama_scores_block(scores, score_stride, q, q_stride, keys, stride, n, m, head_dim, scale, lanes, ggml,
+                             grow)
     elif ggml:
-        for j in range(m):
-            pyllama_ggml_scores(scores + j * score_stride, q + j * q_stride, NULL, keys, stride, n + j, head_dim,
-                                scale)
-        scored = True
-    if ggml:
-        # attend_ggml's softmax per query, then its weighted sums a group of queries at a time (the same
-        # chains, one read of each value row for the group)
-        for j in range(m):
-            pyllama_ggml_softmax(scores + j * score_stride, n + j)
-        for c in range((m + PYLLAMA_GROUP_QUERIES - 1) // PYLLAMA_GROUP_QUERIES):
-            j = c * PYLLAMA_GROUP_QUERIES
-            pyllama_ggml_weighted_group(out + j * out_stride, out_stride, scores + j * score_stride, score_stride,
-                                        values, stride, n + j, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
-                                        head_dim, 1)
-        return
-    # pyllama's order: the scores tile by tile for all queries, a tile of keys read once for the block
-    # (a score is its row's and its query's alone, whatever rows are computed beside it), unless the
-    # transposed tiles gave them
-    if not scored:
+        pyllama_ggml_scores_group(scores, score_stride, q, q_stride, m, keys, stride, n, grow, head_dim, scale)
+    else:
+        # pyllama's order a tile of rows at a time for all queries, a tile of keys read once for them (a
+        # score is its row's and its query's alone, whatever rows are computed beside it)
         for c in range((total + ROW_TILE - 1) // ROW_TILE):
             t0 = c * ROW_TILE
             t1 = min(t0 + ROW_TILE, total)
             for j in range(m):
                 sc = scores + j * score_stride
-                for t in range(t0, min(t1, n + j)):
+                for t in range(t0, min(t1, n + j * grow)):
                     sc[t] = row_score(q + j * q_stride, keys + t * stride, head_dim, scale)
-    if PYLLAMA_BLOCK_VECTORS:
-        # a group of queries at a time: the softmax of four side by side, then the weighted sums in
-        # registers
+    if ggml:
+        # attend_ggml's softmax per query, then its weighted sums a group of queries at a time (the same
+        # chains, one read of each value row for the group)
+        for j in range(m):
+            pyllama_ggml_softmax(scores + j * score_stride, n + j * grow)
         for c in range((m + PYLLAMA_GROUP_QUERIES - 1) // PYLLAMA_GROUP_QUERIES):
             j = c * PYLLAMA_GROUP_QUERIES
-            if m - j >= 4:
+            pyllama_ggml_weighted_group(out + j * out_stride, out_stride, scores + j * score_stride, score_stride,
+                                        values, stride, n + j * grow, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
+                                        head_dim, grow)
+        return
+    if PYLLAMA_BLOCK_VECTORS:
+        # a group of queries at a time: the softmax of four consecutive ones side by side, then the
+        # weighted sums in registers
+        for c in range((m + PYLLAMA_GROUP_QUERIES - 1) // PYLLAMA_GROUP_QUERIES):
+            j = c * PYLLAMA_GROUP_QUERIES
+            if m - j >= 4 and grow:
                 softmax4(scores + j * score_stride, score_stride, n + j)
             else:
-                for i in range(j, m):
-                    softmax(scores + i * score_stride, n + i)
+                for i in range(j, min(j + PYLLAMA_GROUP_QUERIES, m)):
+                    softmax(scores + i * score_stride, n + i * grow)
             pyllama_runc_weighted_group(out + j * out_stride, out_stride, scores + j * score_stride, score_stride,
-                                        values, stride, n + j, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
-                                        head_dim, 1)
+                                        values, stride, n + j * grow, min(<Py_ssize_t>PYLLAMA_GROUP_QUERIES, m - j),
+                                        head_dim, grow)
         return
     for j in range(m):
-        softmax(scores + j * score_stride, n + j)
+        softmax(scores + j * score_stride, n + j * grow)
         o = out + j * out_stride
         for i in range(head_dim):
             o[i] = 0.0
@@ -253,67 +275,8 @@ cdef void attend_head_rows(const float* q, Py_ssize_t q_stride, const float* key
         for j in range(m):
             sc = scores + j * score_stride
             o = out + j * out_stride
-            end = min(t1, n + j)
+            end = min(t1, n + j * grow)
             for t in range(t0, end):
-                add_weighted(o, sc[t], values + t * stride, head_dim)
-
-
-cdef void attend_group_rows(const float* q, const float* keys, const float* values, Py_ssize_t stride,
-                            long long n, int g, int head_dim, float* scores, Py_ssize_t score_stride, float* out,
-                            int arithmetic, float* lanes) noexcept nogil:
-    """Query heads j < g of one position (q + j * head_dim, out + j * head_dim: the heads that share a KV
-    head) over the same contiguous rows 0 .. n - 1 of that KV head (keys/values + t * stride); head j's
-    softmax weights are left at scores + j * score_stride (>= n floats); lanes: [32, head_dim] scratch.
-    From four heads on the keys are transposed a tile at a time and scored for every head (scores_tile.h,
-    as a block's queries; a tile's transpose costs about what three heads' scores row by row cost on
-    SmolLM2), fewer are scored row by row; the value rows are summed four heads at a time in registers
-    (the weighted sums of attend_head_rows, every query over the same rows). One step reads a KV
-    head's cache once, not once per query head, and each head gets the operations of attend_head, in
-    its order."""
-    cdef Py_ssize_t j, i, c, t, t0, t1
-    cdef float* sc
-    cdef float* o
-    cdef bint ggml = arithmetic == ARITH_GGML
-    cdef float scale = ggml_kq_scale(head_dim) if ggml else sqrtf(<float>head_dim)
-    if tiles_score(g, head_dim, ggml):
-        pyllama_scores_block(scores, score_stride, q, head_dim, keys, stride, n, g, head_dim, scale, lanes, ggml, 0)
-    elif ggml:
-        pyllama_ggml_scores_group(scores, score_stride, q, head_dim, g, keys, stride, n, head_dim, scale)
-    else:
-        for c in range((n + ROW_TILE - 1) // ROW_TILE):
-            t0 = c * ROW_TILE
-            t1 = min(t0 + ROW_TILE, n)
-            for j in range(g):
-                sc = scores + j * score_stride
-                for t in range(t0, t1):
-                    sc[t] = row_score(q + j * head_dim, keys + t * stride, head_dim, scale)
-    if ggml:
-        for j in range(g):
-            pyllama_ggml_softmax(scores + j * score_stride, n)
-        for c in range((g + PYLLAMA_GROUP_QUERIES - 1) // PYLLAMA_GROUP_QUERIES):
-            j = c * PYLLAMA_GROUP_QUERIES
-            pyllama_ggml_weighted_group(out + j * head_dim, head_dim, scores + j * score_stride, score_stride,
-                                        values, stride, n, min(PYLLAMA_GROUP_QUERIES, g - j), head_dim, 0)
-        return
-    for j in range(g):
-        softmax(scores + j * score_stride, n)
-    if PYLLAMA_BLOCK_VECTORS:
-        for c in range((g + PYLLAMA_GROUP_QUERIES - 1) // PYLLAMA_GROUP_QUERIES):
-            j = c * PYLLAMA_GROUP_QUERIES
-            pyllama_runc_weighted_group(out + j * head_dim, head_dim, scores + j * score_stride, score_stride,
-                                        values, stride, n, min(PYLLAMA_GROUP_QUERIES, g - j), head_dim, 0)
-        return
-    for j in range(g):
-        o = out + j * head_dim
-        for i in range(head_dim):
-            o[i] = 0.0
-    for c in range((n + ROW_TILE - 1) // ROW_TILE):
-        t0 = c * ROW_TILE
-        t1 = min(t0 + ROW_TILE, n)
-        for j in range(g):
-            sc = scores + j * score_stride
-            o = out + j * head_dim
-            for t in range(t0, t1):
                 add_weighted(o, sc[t], values + t * stride, head_dim)
 
 
