@@ -32,17 +32,17 @@ labels, and the clustering, amortised: O(middle x clusters x (iters + 1) / reclu
 """
 
 from cython.parallel cimport prange
-from libc.math cimport logf, sqrtf
+from libc.math cimport logf
 from libc.stdint cimport int32_t, uint64_t, uint8_t
 
 import numpy as np
 
 from pyllama.attention.base cimport Attention, threads_for
-from pyllama.attention.cluster cimport Clusters, ClusterScratch, add_member, cluster_rows, splitmix64
+from pyllama.attention.cluster cimport (Clusters, ClusterScratch, add_member, cluster_rows, rank_clusters,
+                                        splitmix64)
 from pyllama.attention.dense cimport DenseAttention
 from pyllama.attention.gather cimport BLOCK_QUERIES
 from pyllama.attention.window cimport kept_span
-from pyllama.kernels.matvec cimport dot_f32
 
 from pyllama.attention.dense import POSITIONS
 from pyllama.attention.memory import require_memory
@@ -113,6 +113,18 @@ cdef class KMeans(DenseAttention):
         self.positions = positions
         if positions > 0:
             self.max_positions = positions
+
+    @property
+    def exact_prefix(self):  # its middle first outgrows the budget there (attend_c's need)
+        return int(self.sinks + self.window + self.budget)
+
+    def start_from(self, int layer, keys, values, queries=None, queries_pre_rope=None):
+        """What attending positions 0 .. T - 1 (T at most ``exact_prefix``) of a fresh ``layer`` leaves,
+        from a recorded causal run: the rows kept, the middle counted, no clustering (attend_block_c's)."""
+        cdef long long T = self.keep_recorded(layer, keys, values)
+        self.n_mid[layer] = max(0, T - self.sinks - self.window)
+        self._last[:] = (-1, 0)  # what attend_block_c leaves for selected() and estimated(): every row
+        self.last_layer, self.last_pos = layer, T - 1
 
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
@@ -286,42 +298,24 @@ cdef class KMeans(DenseAttention):
         """Rank the non-empty clusters for query head h (descending score, ties: lower index first), take whole
         clusters until ``budget`` tokens, list their members in sel[h] in position order; returns how many."""
         cdef long long C = self.clusters, P = self.positions, c, a, n_sel = 0, chosen = 0, p
-        cdef Py_ssize_t hd = self.head_dim
         cdef int gh = h // self.kv_mul
-        cdef long long base = (layer * self.n_kv_heads + gh) * C
-        cdef float inv_scale = 1.0 / sqrtf(<float>hd), key_s
-        cdef float* cs = self.cscore + h * C
+        cdef Clusters cl = self._clusters(layer, gh)
         cdef int32_t* order = self.corder + h * C
         cdef uint8_t* mark = self.cmark + h * C
         cdef long long* sel = self.sel + h * P
-        cdef const int32_t* assign = self.assign + (layer * self.n_kv_heads + gh) * P
-        n_order[0] = 0
-        for c in range(C):
-            mark[c] = 0
-            if self.csize[base + c] == 0:
-                continue
-            cs[c] = dot_f32(qh, self.cent + (base + c) * hd, hd) * inv_scale
-            if self.size_bias:
-                cs[c] = cs[c] + logf(<float>self.csize[base + c])
-            key_s = cs[c]
-            a = n_order[0]
-            while a > 0 and cs[order[a - 1]] < key_s:
-                order[a] = order[a - 1]
-                a = a - 1
-            order[a] = <int32_t>c
-            n_order[0] = n_order[0] + 1
+        n_order[0] = rank_clusters(&cl, qh, self.size_bias, self.cscore + h * C, order, mark)
         for a in range(n_order[0]):
             if chosen >= self.budget:
                 break
             c = order[a]
             mark[c] = 1
-            chosen = chosen + self.csize[base + c]
+            chosen = chosen + cl.size[c]
         # every middle position has a cluster: one pass in order lists the chosen members sorted (sorting
         # the member lists' thousands of positions was most of a step)
         for p in range(self.sinks, self.sinks + self.n_mid[layer]):
             if n_sel == chosen:
                 break
-            if mark[assign[p]]:
+            if mark[cl.assign[p]]:
                 sel[n_sel] = p
                 n_sel = n_sel + 1
         return n_sel

@@ -52,6 +52,11 @@ cdef class Sink(WindowAttention):
         self.shift = shift
         self.max_positions = UNBOUNDED
 
+    @property
+    def exact_prefix(self):
+        """Nothing is evicted before position sinks + window (so ``shift`` moves nothing either)."""
+        return int(self.sinks + self.window)
+
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
         rows = int(self.sinks) + int(self.window)

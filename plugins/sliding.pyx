@@ -39,6 +39,12 @@ cdef class Sliding(WindowAttention):
         self.window = window
         self.max_positions = UNBOUNDED
 
+    @property
+    def exact_prefix(self):
+        """Positions 0 .. window - 1 see every earlier position (on a local layer, the model's window
+        or less of them, as causal does); position window is the first to miss one."""
+        return int(self.window)
+
     def planned_bytes(self, config):
         """What init allocates (Python integers: no overflow for any knob value)."""
         W = int(self.window)

@@ -26,7 +26,7 @@ distributed = pytest.importorskip("distributed")
 def board(**extra) -> Board:
     values = dict(
         models=[str(shared_file("stories260K.bin"))],
-        methods=["snapkv", "sink", "sliding"],
+        methods=["snapkv", "sink", "h2o"],
         ratios=[0.0, 0.5, 0.9],
         tasks=["niah_single_1", "niah_multikey_2"],
         lengths=[300],
@@ -50,7 +50,7 @@ def test_a_two_worker_cluster_gives_the_table_of_the_units_run_in_process(cluste
     local = [row for unit in plan.units for row in run_unit(unit, threads=1)]
     want = pd.DataFrame(local).set_index("cell").loc[plan.keys].reset_index()[df.columns]
     pd.testing.assert_frame_equal(without_timing(df), without_timing(want), check_dtype=False)
-    assert set(df["way"]) == {"context", "record", "whole"}
+    assert set(df["way"]) == {"context", "record", "prefix", "whole"}
     assert len(set(df["worker"])) == 2  # both workers ran units
     for name in ("results.parquet", "results.csv", "rows.jsonl", "leaderboard.md", "leaderboard.png"):
         assert (tmp_path / "out" / name).is_file(), name

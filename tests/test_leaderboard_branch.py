@@ -26,10 +26,11 @@ from pyllama.diff.branch import answer_positions, decode_answer, teacher_force_r
 from pyllama.diff.probes import load_probe
 from pyllama.diff.probes.ruler_metrics import postprocess
 from pyllama.diff.retrieval_scores import score_sequence
+from pyllama.errors import PositionError
 from pyllama.leaderboard.board import DEFAULT_RATIOS
-from pyllama.leaderboard.methods import method_spec
+from pyllama.leaderboard.methods import kept_positions, method_spec
 from pyllama.leaderboard.record import ContextRecord, record_bytes
-from pyllama.leaderboard.starts import FromRecord, Prefilled, ReplayAttention, branch_way
+from pyllama.leaderboard.starts import FromRecord, Prefilled, ReplayAttention, branch_way, start_for
 from pyllama.leaderboard.unit import Branch, Unit, run_unit, sized_plugin
 from pyllama.model import Model
 from pyllama.plugins.knorm import KNorm
@@ -124,14 +125,91 @@ def test_a_method_whose_attention_is_replayed_over_the_record_is_its_run_from_po
 
 
 def test_a_method_that_evicts_from_position_0_is_not_branched(stories, sample):
-    """sink computes other keys than causal from its first eviction on: replaying causal's record
-    would not give its run (checked), so it runs whole."""
+    """h2o with a ratio evicts from its fourth position on, so it computes other keys than causal
+    from there: replaying causal's record would not give its run (checked), so it runs whole."""
     seg, record, _ = sample
-    spec = method_spec("sink", 0.5, record.positions)
-    assert branch_way(create_plugin(spec)) == "whole"
+    spec = method_spec("h2o", 0.5, record.positions)
+    plugin = create_plugin(spec)
+    assert branch_way(plugin) == "whole" and plugin.exact_prefix == 0
     whole, _, _ = _run(stories, spec, seg, None, record.positions - 1)
     replayed, _, _ = _run(stories, spec, seg, ReplayAttention(record), record.positions - 1)
     assert not np.array_equal(whole.hidden, replayed.hidden)
+
+
+PREFIX_SPECS = ["sliding", "sink", "sink:shift=true", "kmeans", "kmeans:estimate=true"]
+
+
+def _assert_prefix_start(model, spec: str, seg, record: ContextRecord, replay: bool = False) -> int:
+    """A branch of ``spec`` started after its ``exact_prefix`` from the record (its ``start_from``, or
+    its calls replayed) against its run from position 0; returns the prefix."""
+    plugin = model.engine(spec, threads=1).attention
+    assert branch_way(plugin) == "prefix", spec
+    prefix = int(plugin.exact_prefix)
+    assert 0 < prefix < record.positions, spec  # it departs from causal before the event
+    start = ReplayAttention(record, prefix) if replay else start_for("prefix", record, plugin)
+    assert isinstance(start, ReplayAttention if replay else FromRecord) and start.position == prefix
+    event = record.positions - 1
+    whole, held_w, greedy_w = _run(model, spec, seg, None, event)
+    rows = np.arange(event + 1, len(seg))
+    engine = model.engine(spec, threads=1)
+    branch = teacher_force_rows(engine, seg, rows, spec, event, start)
+    held_b = [
+        [h.tolist() for h in engine.attention.held_positions(layer) or []] for layer in range(model.config.n_layers)
+    ]
+    np.testing.assert_array_equal(branch.hidden, whole.hidden, err_msg=spec)
+    assert (branch.event_bytes, branch.last_bytes) == (whole.event_bytes, whole.last_bytes), spec
+    assert held_b == held_w, spec
+    assert decode_answer(engine, seg, event, start) == greedy_w, spec
+    assert branch.positions == len(seg) - prefix and whole.positions == len(seg)
+    return prefix
+
+
+@pytest.mark.parametrize("ratio", RATIOS)
+@pytest.mark.parametrize("method", PREFIX_SPECS)
+def test_a_method_that_departs_before_the_event_starts_after_its_exact_prefix(stories, sample, method, ratio):
+    """sliding, sink and kmeans attend their first positions as causal does (sliding:N its N, sink its
+    sinks and window, kmeans those and its budget): built from the record there, the model run from
+    there on (the event included), they give the bits of their run from position 0."""
+    seg, record, _ = sample
+    spec = method_spec(method, ratio, record.positions)
+    prefix = _assert_prefix_start(stories, spec, seg, record)
+    kept = kept_positions(ratio, record.positions)  # the positions it keeps: kmeans at least its sinks and window
+    assert prefix == kept if not method.startswith("kmeans") else prefix == max(kept, 68), (prefix, kept)
+
+
+@pytest.mark.parametrize("method", ["sliding", "kmeans"])
+def test_a_prefix_replayed_is_the_prefix_built_from_the_record(stories, sample, method):
+    """The other way to the same state: the plugin's calls over its prefix made again from the record."""
+    seg, record, _ = sample
+    _assert_prefix_start(stories, method_spec(method, 0.5, record.positions), seg, record, replay=True)
+
+
+@pytest.mark.parametrize("method", ["sliding", "sink"])
+def test_the_exact_prefix_is_the_last_position_a_record_can_give(stories, sample, method):
+    """One position more than ``exact_prefix`` is refused by ``start_from``, and replayed it gives
+    other bits than the run from position 0: the position where the method departs from causal."""
+    seg, record, _ = sample
+    spec = method_spec(method, 0.5, record.positions)
+    engine = stories.engine(spec, threads=1)
+    prefix = int(engine.attention.exact_prefix)
+    with pytest.raises(PositionError, match="exact_prefix"):
+        FromRecord(record, prefix + 1).enter(engine)
+    event = record.positions - 1
+    rows = np.arange(event + 1, len(seg))
+    whole, _, _ = _run(stories, spec, seg, None, event)
+    late_start = ReplayAttention(record, prefix + 1)
+    late = teacher_force_rows(stories.engine(spec, threads=1), seg, rows, spec, event, late_start)
+    assert not np.array_equal(late.hidden, whole.hidden)
+
+
+def test_start_from_refuses_a_memory_without_an_exact_prefix(stories, sample):
+    """lattice keeps its window's rows but summarises what leaves it: it declares no exact prefix, so
+    the window's ``start_from`` takes no position from a record."""
+    _, record, _ = sample
+    engine = stories.engine("lattice", threads=1)
+    assert engine.attention.exact_prefix == 0 and branch_way(engine.attention) == "whole"
+    with pytest.raises(PositionError, match="only its first 0"):
+        engine.attention.start_from(0, record.keys[0, :1], record.values[0, :1])
 
 
 # the record against the float64 numpy forward: float32 rounding through five layers (see
@@ -180,7 +258,7 @@ def test_the_prefilled_causal_branch_is_causal_from_position_0_twice(stories, sa
         (
             400,
             [("snapkv", 0.5), ("expected", 0.9), ("sink", 0.5), ("sliding", 0.9)],
-            ["record", "record", "whole", "whole"],
+            ["record", "record", "prefix", "prefix"],
         ),
         # its greedy answer runs 120 tokens past the sequence's end: the unit's plugins must hold them
         (300, [("h2o", 0.5), ("snapkv", 0.75)], ["whole", "record"]),
@@ -269,6 +347,36 @@ def test_smollm2_event_methods_branch_bit_for_bit():
 @pytest.mark.leaderboard_long
 def test_smollm2_every_event_method_branches_bit_for_bit_at_every_ratio():
     _smollm2_branches("ruler:task=niah_multikey_1,length=1200,seed=1", EVENT_SPECS, RATIOS)
+
+
+def _smollm2_prefix_starts(probe: str, ratios: tuple[float, ...]) -> None:
+    model = Model.load(shared_file("SmolLM2-135M-Instruct.Q4_1.gguf"), threads=1)
+    (seg,) = load_probe(probe, model.tokenizer, model.config.seq_len).segments
+    record = ContextRecord.run(model.engine("causal", threads=1), seg.tokens[: seg.context_end + 1])
+    for method in ("sliding", "sink", "kmeans"):
+        for ratio in ratios:
+            _assert_prefix_start(model, method_spec(method, ratio, record.positions), seg, record)
+
+
+def test_smollm2_methods_start_after_their_exact_prefix_bit_for_bit():
+    _smollm2_prefix_starts(SMOLLM2_PROBE, (0.5,))
+
+
+@pytest.mark.leaderboard_long
+def test_smollm2_methods_start_after_their_exact_prefix_at_every_ratio():
+    _smollm2_prefix_starts("ruler:task=niah_multikey_1,length=1200,seed=1", RATIOS)
+
+
+def test_gemma3_methods_start_after_their_exact_prefix_bit_for_bit():
+    """Gemma 3: sliding and sink keep their window within the local layers' (model_windows); kmeans
+    governs the global layers, the local ones filled by replay. At ratio 0.1 the prefix (558
+    positions) is longer than the local layers' window of 512: their ring has wrapped within it."""
+    model = Model.load(gemma3_file(), threads=1)
+    (seg,) = load_probe(GEMMA3_PROBE, model.tokenizer, model.config.seq_len).segments
+    record = ContextRecord.run(model.engine("causal", threads=1), seg.tokens[: seg.context_end + 1])
+    for method, ratio in (("sliding", 0.1), ("sink", 0.75), ("kmeans", 0.1)):
+        prefix = _assert_prefix_start(model, method_spec(method, ratio, record.positions), seg, record)
+        assert prefix > 512 or ratio > 0.5
 
 
 def test_gemma3_event_methods_branch_bit_for_bit():

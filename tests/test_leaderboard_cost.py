@@ -10,6 +10,7 @@ from conftest import shared_file
 from pyllama.cli import main
 from pyllama.leaderboard import Board, plan_board, run_unit
 from pyllama.leaderboard.cost import CEILING_PASSES, WAY_PASSES, dry_run
+from pyllama.leaderboard.methods import kept_positions
 from pyllama.sweep.table import RowStore
 
 
@@ -34,13 +35,17 @@ def test_a_dry_run_counts_each_unit_s_branches_as_its_run_starts_them():
     assert len(df) == len(plan.units)
     for unit, (_, est) in zip(plan.units, df.iterrows(), strict=True):
         rows = run_unit(unit, threads=1)
-        for way in ("record", "replay", "whole"):
+        for way in ("record", "replay", "prefix", "whole"):
             assert est[f"{way}_branches"] == sum(r.get("way") == way for r in rows), (unit.seed, way)
         assert est["refused_branches"] == sum(r["error"] is not None for r in rows)
-        assert est["context"] == rows[0]["context"]
+        context = est["context"]
+        assert context == rows[0]["context"]
         ceiling = sum(r.get("way") == "context" for r in rows)
+        # a prefix branch (sink) also runs the share of the context after its sinks and window: the positions it keeps
+        run = sum(1 - kept_positions(r["ratio"], context) / context for r in rows if r.get("way") == "prefix")
         want = 1.0 + CEILING_PASSES * ceiling + sum(WAY_PASSES[w] * est[f"{w}_branches"] for w in WAY_PASSES)
-        assert est["passes"] == pytest.approx(want)
+        assert est["passes"] == pytest.approx(want + WAY_PASSES["whole"] * run)
+        assert est["prefix_branches"] == 2 and run > 0
         assert est["est_cpu_seconds"] > 0.0
     # one context pass is timed per model and length: every unit's seconds are its passes times it
     per_pass = df["est_cpu_seconds"] / df["passes"]
@@ -66,7 +71,7 @@ def test_the_command_says_what_the_board_would_cost_and_runs_nothing(tmp_path):
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
     assert lines[0].startswith(
-        "stories260K.bin, 300 tokens: 2 units, 6 branches (2 record, 0 replay, 2 whole, 0 refused"
+        "stories260K.bin, 300 tokens: 2 units, 6 branches (2 record, 0 replay, 2 prefix, 0 whole, 0 refused"
     )
     assert lines[-1].startswith("board: 2 units, 6 rows (0 already in") and "on 2 workers" in lines[-1]
     assert not out.exists()  # a dry run writes nothing
@@ -82,5 +87,5 @@ def test_a_board_file_s_dry_run_through_sweep_says_the_same(tmp_path):
     )
     result = CliRunner().invoke(main, ["sweep", str(study), "--dry-run", "--workers", "2"])
     assert result.exit_code == 0, result.output
-    assert "2 units, 6 branches (2 record, 0 replay, 2 whole, 0 refused" in result.output
+    assert "2 units, 6 branches (2 record, 0 replay, 2 prefix, 0 whole, 0 refused" in result.output
     assert not (tmp_path / "board").exists()

@@ -22,6 +22,7 @@ class Attention:
     compresses_at_event: ClassVar[bool]
     holds: ClassVar[str]
     model_windows: ClassVar[bool]
+    exact_prefix: int  # a class attribute or a property: the leading positions attended as causal does
     layer_policy: str
     query_before_rope: np.ndarray | None
     def init(self, config: ModelConfig, pool: Any) -> None: ...

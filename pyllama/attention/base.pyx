@@ -68,6 +68,14 @@ local layer's window itself (``sliding``, ``sink``); for any other, the engine r
 with the model's own exact window and hands the plugin the global layers only
 (``pyllama.attention.layers``), as the shared option ``layers=global`` does for every plugin.
 
+**Where it departs.** ``exact_prefix`` (a class attribute or a property; default 0) is the number
+of leading positions 0 .. n - 1 at which the plugin attends every earlier position as ``causal`` does,
+the same bits, whatever its knobs decide later (``sliding:N``: N; ``sink:s,w``: s + w; ``kmeans``:
+sinks + window + budget). Over them a run's queries, keys and values are ``causal``'s, so a driver
+that holds a record of ``causal``'s run may make the plugin's calls for those positions again from
+the record and run the model only from position n on (``pyllama.leaderboard.starts``). 0 promises
+nothing; a value too large is caught by the tests that compare such a start with the run from 0.
+
 **Forking.** ``snapshot()`` returns the plugin's whole state between calls as an object of its own,
 and ``restore(snapshot)`` puts that state back into the same plugin, whatever ran in between: a
 driver that needs two continuations of one prefix (a teacher-forced answer and the greedy one) runs
@@ -96,6 +104,7 @@ cdef class Attention:
     compresses_at_event = False  # True: the policy acts at compression events (compress), causal without one
     holds = "rows"  # what held_positions lists: "rows", "summaries" or "everything" (see the module docstring)
     model_windows = False  # True: applies its policy within a sliding-window layer's window itself (layers.pyx)
+    exact_prefix = 0  # the leading positions it attends as causal does, bit for bit (see "Where it departs")
 
     def __cinit__(self, *args, **kwargs):
         self.max_positions = 0

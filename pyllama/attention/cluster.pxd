@@ -1,6 +1,6 @@
 # Seeded k-means over cached key rows (k-means++, Lloyd, member lists, running means) (cluster.pyx).
 
-from libc.stdint cimport int32_t, uint64_t
+from libc.stdint cimport int32_t, uint64_t, uint8_t
 
 
 # ---- seeded random numbers (xorshift64*, seeded with splitmix64) ----------------------------------
@@ -49,3 +49,5 @@ cdef int nearest(const Clusters* cl, const float* x, long long n_valid) noexcept
 cdef void cluster_rows(Clusters* cl, ClusterScratch* w, const float* keys, const float* values, Py_ssize_t stride,
                        long long first, long long m, long long iters, uint64_t state) noexcept nogil
 cdef void add_member(Clusters* cl, const float* key, const float* value, long long p) noexcept nogil
+cdef long long rank_clusters(const Clusters* cl, const float* q, bint size_bias, float* score, int32_t* order,
+                             uint8_t* mark) noexcept nogil

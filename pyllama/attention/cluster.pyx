@@ -6,10 +6,12 @@ distance D^2 from the nearest centroid so far), then ``iters`` Lloyd steps (assi
 nearest centroid in squared Euclidean distance, move each centroid to the mean of its members). It
 also builds each cluster's member list in ascending position order, and with ``cval`` set the mean
 value of each cluster. ``add_member`` puts one more position in its nearest non-empty cluster,
-whose centroid follows as a running mean. The random numbers come from a xorshift64* generator
+whose centroid follows as a running mean. ``rank_clusters`` orders the clusters for a query, as
+``kmeans`` chooses them. The random numbers come from a xorshift64* generator
 (cluster.pxd) whose state the caller seeds, so a clustering does not depend on the thread count.
 """
 
+from libc.math cimport logf, sqrtf
 from libc.string cimport memcpy
 
 from pyllama.kernels.matvec cimport dot_f32
@@ -149,3 +151,27 @@ cdef void add_member(Clusters* cl, const float* key, const float* value, long lo
     else:
         cl.head[c] = <int32_t>p
     cl.tail[c] = <int32_t>p
+
+
+cdef long long rank_clusters(const Clusters* cl, const float* q, bint size_bias, float* score, int32_t* order,
+                             uint8_t* mark) noexcept nogil:
+    """The non-empty clusters in descending score for query q (ties: lower index first; an insertion
+    sort of a few dozen) in order[0 ..]: q·μ / sqrt(dim), with size_bias + log(size); every mark
+    cleared. Returns how many."""
+    cdef long long c, a, n = 0
+    cdef float inv_scale = 1.0 / sqrtf(<float>cl.dim), s
+    for c in range(cl.n):
+        mark[c] = 0
+        if cl.size[c] == 0:
+            continue
+        score[c] = dot_f32(q, cl.cent + c * cl.dim, cl.dim) * inv_scale
+        if size_bias:
+            score[c] = score[c] + logf(<float>cl.size[c])
+        s = score[c]
+        a = n
+        while a > 0 and score[order[a - 1]] < s:
+            order[a] = order[a - 1]
+            a = a - 1
+        order[a] = <int32_t>c
+        n = n + 1
+    return n

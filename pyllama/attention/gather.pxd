@@ -25,6 +25,8 @@ cdef class GatherAttention(Attention):
     cdef int init_gather(self, config, long long rows, int counters=*, long long score_rows=*) except -1
     cdef void* own(self, array) except NULL
     cdef int check_in_order(self, int layer, long long pos, long long expected) except -1 nogil
+    # store position pos of layer's rows (in order): the layouts' own (dense.pyx, window.pyx)
+    cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil
 
     # Attention of query head h over the n rows gathered in kptr/vptr[h] (bias: NULL or one per row)
     cdef inline void attend_gathered(self, int h, const float* q, const float* bias, Py_ssize_t n,

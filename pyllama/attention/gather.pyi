@@ -1,11 +1,13 @@
 from typing import Any
 
+import numpy as np
 from typing_extensions import disjoint_base
 
 from pyllama.attention.base import Attention
 
 @disjoint_base
 class GatherAttention(Attention):
+    def keep_recorded(self, layer: int, keys: np.ndarray, values: np.ndarray) -> int: ...
     def reset(self) -> None: ...
     def owned_bytes(self) -> int: ...
     def owned_spans(self) -> list[tuple[int, int]]: ...

@@ -84,6 +84,39 @@ cdef class GatherAttention(Attention):
         t = int(self._counts[0][layer]) if self._counts is not None else 0
         return [np.arange(t, dtype=np.int64) for _ in range(self.n_kv_heads)]
 
+    cdef int keep(self, int layer, long long pos, const float* k, const float* v) except -1 nogil:
+        with gil:
+            raise NotImplementedError(f"{type(self).name}: keeps no rows of its own layout")
+
+    def keep_recorded(self, int layer, keys, values):
+        """``start_from`` for a plugin that departs from ``causal`` after its ``exact_prefix``: positions
+        0 .. T - 1 of a fresh ``layer`` kept from a recorded causal run (``keys``, ``values`` float32
+        [T, kv_dim]), T at most that prefix, over which the plugin attends as causal does, so that
+        causal's rows are its own. Returns T."""
+        cfg = self.config
+        name = type(self).name
+        if cfg is None or self._counts is None:
+            raise RuntimeError(f"{name}: start_from() before init()")
+        keys = np.ascontiguousarray(keys, dtype=np.float32)
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        if keys.ndim != 2 or keys.shape[1] != cfg.kv_dim or values.shape != keys.shape:
+            raise ValueError(f"{name}: start_from: keys and values [T, {cfg.kv_dim}]")
+        if not 0 <= layer < self.n_layers:
+            raise PositionError(f"{name}: start_from: layer {layer} outside 0 .. {self.n_layers - 1}")
+        if self.length[layer] != 0:
+            raise PositionError(f"{name}: start_from: layer {layer} has attended {self.length[layer]} positions "
+                                "already (reset() first)")
+        if keys.shape[0] > self.exact_prefix:
+            raise PositionError(f"{name}: start_from: {keys.shape[0]:,} positions, but it attends only its first "
+                                f"{self.exact_prefix:,} as causal does (exact_prefix)")
+        cdef const float[:, ::1] kv = keys
+        cdef const float[:, ::1] vv = values
+        cdef Py_ssize_t t
+        with nogil:
+            for t in range(kv.shape[0]):
+                self.keep(layer, t, &kv[t, 0], &vv[t, 0])
+        return kv.shape[0]
+
     def reset(self):
         """A new sequence: every per-layer counter back to 0 (no reallocation)."""
         if self._counts is not None:

@@ -79,6 +79,10 @@ cdef class LayerSplit(Attention):
     def holds(self):
         return type(self.inner).holds
 
+    @property
+    def exact_prefix(self):
+        return self.inner.exact_prefix  # the local layers run the model's own window: causal's
+
     def _configure(self, config, pool, rows=None, pre_rope=None):
         Attention._configure(self, config, pool, rows, pre_rope)
         self.inner._configure(config, pool, rows, pre_rope)

@@ -21,3 +21,11 @@ class WindowAttention(GatherAttention):
         blocks: bool = False,
     ) -> int: ...
     def held_exact(self) -> np.ndarray: ...
+    def start_from(
+        self,
+        layer: int,
+        keys: np.ndarray,
+        values: np.ndarray,
+        queries: np.ndarray | None = None,
+        queries_pre_rope: np.ndarray | None = None,
+    ) -> None: ...

@@ -81,6 +81,12 @@ cdef class WindowAttention(GatherAttention):
         held = np.concatenate([np.arange(first, n_sink), np.arange(start, start + n_ring)]).astype(np.int64)
         return [held.copy() for _ in range(self.n_kv_heads)]
 
+    def start_from(self, int layer, keys, values, queries=None, queries_pre_rope=None):
+        """The state after positions 0 .. T - 1 of a fresh ``layer``, T at most ``exact_prefix`` (0 here:
+        a subclass that keeps nothing but its rows over its prefix declares it), from a recorded causal
+        run: those positions' rows kept, as attending them would keep them. The queries are not read."""
+        self.keep_recorded(layer, keys, values)
+
     cdef int init_window(self, config, long long rows, int counters, long long n_shifted,
                          long long score_rows=0) except -1:
         """init_gather, then the sink and ring rows; n_shifted > 0: that many scratch rows for ``moved``;

@@ -6,11 +6,14 @@ Counted in passes of that context (``WAY_PASSES``: the first units of the defaul
 SmolLM2-135M-Instruct at 4,096 tokens, each branch's CPU seconds over its unit's recorded context,
 docs/leaderboard.md): ``causal``'s own branch continues the recorded engine through the question and
 answer; a branch from the record builds its state with ``start_from`` and runs the question and answer;
-a replayed branch makes its attention calls over the context again; a whole run is the sequence and
-the greedy answer. The seconds of one pass are timed here, once per model and length: the first unit's
-context recorded as a unit records it, with the unit's threads. How a branch compares with a pass
-differs from model to model and length to length (attention grows with the length where the weights
-do not; at 2,048 tokens a whole run was 1.2 passes), so the estimate is a plan's order of magnitude.
+a replayed branch makes its attention calls over the context again; a branch after a prefix builds
+its state over its ``exact_prefix`` from the record and runs the rest of the sequence and the
+answer (``WAY_PASSES["prefix"]`` plus a whole run's passes times the share of the context after the
+prefix); a whole run is the sequence and the greedy answer. The seconds of one pass are timed here,
+once per model and length: the first unit's context recorded as a unit records it, with the unit's
+threads. How a branch compares with a pass differs from model to model and length to length
+(attention grows with the length where the weights do not; at 2,048 tokens a whole run was 1.2
+passes), so the estimate is a plan's order of magnitude.
 """
 
 from __future__ import annotations
@@ -36,24 +39,33 @@ if TYPE_CHECKING:
 __all__ = ["CEILING_PASSES", "WAY_PASSES", "dry_run", "unit_ways"]
 
 CEILING_PASSES = 0.24  # causal's branch: the question and the answer after the recorded context
-# a branch that starts this way (starts.WAYS), or that its plugin refuses
-WAY_PASSES = {"record": 0.14, "replay": 0.63, "whole": 1.38, "refused": 0.0}
+# a branch that starts this way (starts.WAYS), or that its plugin refuses; a prefix branch adds
+# WAY_PASSES["whole"] times the share of the context it runs (sliding, sink and kmeans at ratio 0.25,
+# one SmolLM2 sample of 4,096 tokens: 0.54-1.1 passes, 0.25 of the context run)
+WAY_PASSES = {"record": 0.14, "replay": 0.63, "prefix": 0.4, "whole": 1.38, "refused": 0.0}
 
 
-def unit_ways(unit: Unit, seg: Segment, positions: int) -> dict[str, int]:
+def unit_ways(unit: Unit, seg: Segment, positions: int) -> tuple[dict[str, int], float]:
     """How many of the unit's branches start each way on its sample ``seg`` (``unit_sample``), ``causal``'s
-    aside; ``refused``: the plugin refuses the method's spec at this size, a row that holds its error."""
+    aside (``refused``: the plugin refuses the method's spec at this size, a row that holds its error),
+    and the context passes of those branches (``WAY_PASSES``)."""
     ways = dict.fromkeys(WAY_PASSES, 0)
+    context = seg.context_end + 1
+    passes = 0.0
     for branch in unit.branches:
         if branch.method == CEILING:
             continue
         try:
-            plugin = sized_plugin(method_spec(branch.method, branch.ratio, seg.context_end + 1), positions)
+            plugin = sized_plugin(method_spec(branch.method, branch.ratio, context), positions)
         except Exception:  # the board writes this row with the plugin's error and goes on: no cost
             ways["refused"] += 1
             continue
-        ways[branch_way(plugin)] += 1
-    return ways
+        way = branch_way(plugin)
+        ways[way] += 1
+        passes += WAY_PASSES[way]
+        if way == "prefix":  # the rest of the context after the prefix runs as a whole run does
+            passes += WAY_PASSES["whole"] * (1.0 - min(int(plugin.exact_prefix), context) / context)
+    return ways, passes
 
 
 def _pass_seconds(model: Model, seg: Segment, positions: int, threads: int) -> float:
@@ -81,13 +93,14 @@ def dry_run(board: Board | dict | str | os.PathLike, threads_per_unit: int = 1, 
         try:
             model, seg, positions = unit_sample(unit)
         except Exception:  # the sample itself fails (run_unit writes every row with why): no cost
-            context, ways = 0, dict.fromkeys(WAY_PASSES, 0) | {"refused": len(unit.branches)}
+            context, ways, branch_passes = 0, dict.fromkeys(WAY_PASSES, 0) | {"refused": len(unit.branches)}, 0.0
         else:
-            context, ways = seg.context_end + 1, unit_ways(unit, seg, positions)
+            context = seg.context_end + 1
+            ways, branch_passes = unit_ways(unit, seg, positions)
             if (unit.model, unit.length) not in timed:
                 timed[(unit.model, unit.length)] = _pass_seconds(model, seg, positions, threads_per_unit)
         ceiling = sum(b.method == CEILING for b in unit.branches) if context else 0
-        passes = (1.0 + CEILING_PASSES * ceiling if context else 0.0) + sum(WAY_PASSES[w] * n for w, n in ways.items())
+        passes = (1.0 + CEILING_PASSES * ceiling if context else 0.0) + branch_passes
         rows.append(
             dict(
                 unit.columns(),

@@ -1,10 +1,10 @@
-"""How a branch starts at the end of a recorded context: the three starts, and which one a plugin takes.
+"""How a branch starts from a recorded context: the four starts, and which one a plugin takes.
 
 A branch is one method at one ratio on one sample: it must end up, at the context's end, in the
 state its run from position 0 would leave (``pyllama.diff.branch.SequenceStart``), then run only
 the question and the answer. A method that compresses at the event attends exactly until then (the
 contract), so the queries, keys and values its layers computed over the context are ``causal``'s:
-the record's. Three ways, cheapest first:
+the record's. Four ways, cheapest first:
 
 * ``FromRecord`` — a method that compresses at the event and offers ``start_from(layer, keys,
   values, queries, queries_pre_rope)`` (every method on ``attention/event.pyx``) builds its state
@@ -18,9 +18,18 @@ the record's. Three ways, cheapest first:
   bits of one position at a time), then ``compress(T - 1)``. It sees exactly the calls of its run
   from position 0, so its state is the same; the cost is its attention over the context, no weight
   read. ``causal`` (exact throughout) branches this way too.
+* a prefix — a method that departs from ``causal`` before the event (it evicts or selects from some
+  position on) but attends its first ``exact_prefix`` positions as ``causal`` does (the attention
+  contract: ``sliding:N`` its N, ``sink`` its sinks and window, ``kmeans`` those and its budget):
+  its state after them is built from the record, by its ``start_from`` (those three: their rows
+  kept, nothing computed) or by replaying its calls, and the model runs from there on, the event
+  included. Its queries, keys and values over the prefix are ``causal``'s, so its state is that of
+  its run from position 0; the saving is the prefix's weight reads and attention (at ratio 0.25
+  about three quarters of the context).
 * none — every other plugin runs from position 0 (``way = "whole"``): one that evicts from position
-  0 (sink, sliding, h2o ...) computes other queries, keys and values than ``causal`` from its first
-  eviction on, so no record of ``causal``'s run holds its inputs.
+  0 (h2o, tova and scissorhands with a ratio evict from their fourth position or so) computes other
+  queries, keys and values than ``causal`` from its first eviction on, so no record of ``causal``'s
+  run holds its inputs.
 
 ``Prefilled`` enters, once, an engine that ran the context itself (the record's own ``causal``
 engine: its first branch costs nothing), and any later entry through another start.
@@ -43,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FromRecord", "Prefilled", "ReplayAttention", "WAYS", "branch_way", "start_for"]
 
-WAYS = ("record", "replay", "whole")  # how a branch reaches the context's end, cheapest first
+WAYS = ("record", "replay", "prefix", "whole")  # how a branch reaches the context's end, cheapest first
 REPLAY_BLOCK = 128  # positions per replayed attend_block call (any size gives the same bits)
 
 
@@ -56,39 +65,58 @@ def _governed(plugin: Attention) -> tuple[Attention, Attention | None]:
     return plugin, None
 
 
+def _replayable(plugin: Attention) -> bool:
+    """Whether ``plugin``'s calls can be made again layer by layer from the record: it takes no
+    queries before RoPE (the engine's own buffer holds them) and keeps each layer's state apart."""
+    return not getattr(plugin, "wants_pre_rope_query", False) and not getattr(plugin, "per_position_order", False)
+
+
 def branch_way(plugin: Attention) -> str:
     """How ``plugin`` (an instance, as the engine runs it: some declare per instance) starts a
     branch: one of ``WAYS``."""
     if not getattr(plugin, "compresses_at_event", False):
-        return "whole"
+        return "prefix" if int(getattr(plugin, "exact_prefix", 0)) > 0 and _replayable(plugin) else "whole"
     if callable(getattr(_governed(plugin)[0], "start_from", None)):
         return "record"
-    if not getattr(plugin, "wants_pre_rope_query", False) and not getattr(plugin, "per_position_order", False):
-        return "replay"
-    return "whole"
+    return "replay" if _replayable(plugin) else "whole"
 
 
 class FromRecord:
-    """The state at the context's end built by the plugin's ``start_from`` on every layer, then the event."""
+    """The state after the record's first ``prefix`` positions (None: the whole context) built by the
+    plugin's ``start_from`` on every layer; the compression event when that is the whole context."""
 
-    def __init__(self, record: ContextRecord) -> None:
+    def __init__(self, record: ContextRecord, prefix: int | None = None) -> None:
         self.record = record
-        self.position = record.positions
+        self.position = _prefix_positions(record, prefix)
 
     def enter(self, engine: Engine) -> None:
-        rec = self.record
+        rec, n = self.record, self.position
         method, local = _governed(engine.attention)
         windows = getattr(engine.config, "layer_windows", ()) or ()
         engine.reset()
         with plugin_calls(plugin_label(method), "start_from"):
             for layer in range(rec.keys.shape[0]):
                 if local is not None and windows[layer]:
-                    _replay_layer(local, rec, layer, self.position)  # the model's own window: its rows
+                    _replay_layer(local, rec, layer, n)  # the model's own window: its rows
                     continue
-                method.start_from(  # type: ignore[attr-defined]  # an event method's (branch_way checked)
-                    layer, rec.keys[layer], rec.values[layer], rec.queries[layer], rec.queries_pre_rope[layer]
+                method.start_from(  # type: ignore[attr-defined]  # checked by branch_way and start_for
+                    layer,
+                    rec.keys[layer, :n],
+                    rec.values[layer, :n],
+                    rec.queries[layer, :n],
+                    rec.queries_pre_rope[layer, :n],
                 )
-        engine.compress(self.position - 1)
+        if n == rec.positions:
+            engine.compress(n - 1)
+
+
+def _prefix_positions(record: ContextRecord, prefix: int | None) -> int:
+    """The positions a start covers: ``prefix`` (None: the whole context), at most the context."""
+    if prefix is None:
+        return record.positions
+    if prefix < 1:
+        raise ValueError(f"a start over a prefix of {prefix} positions: expected at least 1")
+    return min(int(prefix), record.positions)
 
 
 def _replay_layer(plugin: Attention, rec: ContextRecord, layer: int, n: int) -> None:
@@ -103,20 +131,22 @@ def _replay_layer(plugin: Attention, rec: ContextRecord, layer: int, n: int) -> 
 
 
 class ReplayAttention:
-    """The state at the context's end reached by making the context's attention calls again with
-    the recorded rows (every layer, in blocks of ``REPLAY_BLOCK`` positions), then the event."""
+    """The state after the record's first ``prefix`` positions (None: the whole context) reached by
+    making their attention calls again with the recorded rows (every layer, in blocks of
+    ``REPLAY_BLOCK`` positions); the compression event when that is the whole context."""
 
-    def __init__(self, record: ContextRecord) -> None:
+    def __init__(self, record: ContextRecord, prefix: int | None = None) -> None:
         self.record = record
-        self.position = record.positions
+        self.position = _prefix_positions(record, prefix)
 
     def enter(self, engine: Engine) -> None:
-        rec, plugin = self.record, engine.attention
+        rec, plugin, n = self.record, engine.attention, self.position
         engine.reset()
         with plugin_calls(plugin_label(plugin), "attend_block"):
             for layer in range(rec.keys.shape[0]):
-                _replay_layer(plugin, rec, layer, self.position)
-        engine.compress(self.position - 1)
+                _replay_layer(plugin, rec, layer, n)
+        if n == rec.positions:
+            engine.compress(n - 1)
 
 
 class Prefilled:
@@ -134,10 +164,19 @@ class Prefilled:
         self.then.enter(engine)
 
 
-def start_for(way: str, record: ContextRecord) -> SequenceStart | None:
-    """The start of a branch that reaches the context's end ``way`` (None: from position 0)."""
+def start_for(way: str, record: ContextRecord, plugin: Attention | None = None) -> SequenceStart | None:
+    """The start of a branch that reaches the context's end ``way`` (None: from position 0);
+    ``prefix`` needs the ``plugin`` instance: its ``exact_prefix`` positions are built from the
+    record by its ``start_from`` where it has one, else replayed."""
     if way == "record":
         return FromRecord(record)
     if way == "replay":
         return ReplayAttention(record)
+    if way == "prefix":
+        if plugin is None:
+            raise ValueError("start_for: the prefix start needs the plugin, whose exact_prefix it replays")
+        prefix = int(plugin.exact_prefix)
+        if callable(getattr(_governed(plugin)[0], "start_from", None)):
+            return FromRecord(record, prefix)
+        return ReplayAttention(record, prefix)
     return None

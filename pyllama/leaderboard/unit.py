@@ -9,9 +9,11 @@ one-plugin scorer (``pyllama.diff.retrieval_scores.score_sequence``) from the st
 state from the record (``start_from``) or replay their attention over it, and each then runs only
 the question and the answer. Where its teacher-forced chain leaves the answer, the greedy answer
 is decoded from the plugin's snapshot where the answer begins (every built-in forks: the attention
-contract's ``snapshot``), so nothing runs twice. A method that evicts from position 0 runs whole,
-once. Every plugin's buffers hold the positions the sample's runs reach, not the model's context
-(``sized_plugin``). A branch's own failure is its row's ``error``.
+contract's ``snapshot``), so nothing runs twice. A method that departs from ``causal`` before the
+event replays the positions it attends as ``causal`` does (its ``exact_prefix``) and runs the model
+from there; one that evicts from position 0 runs whole, once. Every plugin's buffers hold the
+positions the sample's runs reach, not the model's context (``sized_plugin``). A branch's own
+failure is its row's ``error``.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ def _run_branch(
             with plugin_calls(spec, "init"):
                 engine = Engine(model.config, model.weights, plugin, threads)
             way = branch_way(plugin)
-            start = start_for(way, record)
+            start = start_for(way, record, plugin)
         row["way"] = way
         row["holds"] = getattr(engine.attention, "holds", "rows")
         if len(seg) > engine.max_positions:
