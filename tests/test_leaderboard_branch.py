@@ -3,7 +3,8 @@
 The reference is the method's own run from position 0 (every position through the engine, the
 compression event after the context), and for greedy answers also ``Model.generate`` with the event
 (the engine's own token loop, another path). A branch starts at the context's end in one of the
-three ways of ``pyllama.leaderboard.starts`` and runs only the question and the answer; compared
+ways of ``pyllama.leaderboard.starts`` and runs only the question and the answer, or after its
+exact prefix and runs the rest of the context too; compared
 are the final hidden states of every position after the context (so every logit), the ledger after
 the event and at the end, the positions held by every layer, and the greedy answer.
 
@@ -11,7 +12,9 @@ The event methods are every registered plugin whose class has ``compresses_at_ev
 ``start_from`` (the methods on ``attention/event.pyx``), at every ratio of the default board, with
 two variants (AdaKV over Expected Attention, KeyDiff compressing again every 8 positions). The replay
 is checked on ``causal``, on ``quest`` (dense until the event, so a recorded context replays into its
-pages) and on KNorm with its ``start_from`` hidden.
+pages) and on KNorm with its ``start_from`` hidden. The prefix start is checked on sliding, sink
+(with and without shift) and kmeans (with and without estimates) at every ratio, built from the
+record and replayed, and one position past the prefix is shown to be wrong.
 """
 
 from __future__ import annotations
