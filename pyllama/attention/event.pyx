@@ -194,26 +194,18 @@ cdef class EventAttention(RowStore):
         ``keys``, ``values`` float32[T, kv_dim] (post-RoPE keys), ``queries``, ``queries_pre_rope``
         float32[T, q_dim] (None where the method does not read them). The layer must be fresh (after
         ``reset``). Call it for every layer, then ``compress(T - 1)``."""
+        keys, values = self.recorded_rows(layer, keys, values)
         cfg = self.config
-        if cfg is None or self._counts is None:
-            raise RuntimeError(f"{type(self).name}: start_from() before init()")
-        cdef const float[:, ::1] kv = np.ascontiguousarray(keys, dtype=np.float32)
-        cdef const float[:, ::1] vv = np.ascontiguousarray(values, dtype=np.float32)
+        cdef const float[:, ::1] kv = keys
+        cdef const float[:, ::1] vv = values
         cdef const float[:, ::1] qv = None if queries is None else np.ascontiguousarray(queries, dtype=np.float32)
         pre = None if queries_pre_rope is None else np.ascontiguousarray(queries_pre_rope, dtype=np.float32)
         cdef const float[:, ::1] pv = pre
         cdef Py_ssize_t T = kv.shape[0], t
         cdef bint has_q = qv is not None, has_pre = pv is not None
-        if not 0 <= layer < self.n_layers:
-            raise PositionError(f"{type(self).name}: start_from: layer {layer} outside 0 .. {self.n_layers - 1}")
-        if (kv.shape[1] != cfg.kv_dim or vv.shape[0] != T or vv.shape[1] != cfg.kv_dim
-                or (has_q and (qv.shape[0] != T or qv.shape[1] != cfg.q_dim))
-                or (has_pre and (pv.shape[0] != T or pv.shape[1] != cfg.q_dim))):
-            raise ValueError(f"{type(self).name}: start_from: keys and values [T, {cfg.kv_dim}], queries "
-                             f"[T, {cfg.q_dim}]")
-        if self.length[layer] != 0:
-            raise PositionError(f"{type(self).name}: start_from: layer {layer} has attended {self.length[layer]} "
-                                "positions already (reset() first)")
+        if (has_q and (qv.shape[0] != T or qv.shape[1] != cfg.q_dim)) or (
+                has_pre and (pv.shape[0] != T or pv.shape[1] != cfg.q_dim)):
+            raise ValueError(f"{type(self).name}: start_from: queries [T, {cfg.q_dim}] beside keys [T, {cfg.kv_dim}]")
         with nogil:
             for t in range(T):
                 self.append(layer, t, &kv[t, 0], &vv[t, 0])

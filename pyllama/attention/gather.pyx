@@ -88,11 +88,9 @@ cdef class GatherAttention(Attention):
         with gil:
             raise NotImplementedError(f"{type(self).name}: keeps no rows of its own layout")
 
-    def keep_recorded(self, int layer, keys, values):
-        """``start_from`` for a plugin that departs from ``causal`` after its ``exact_prefix``: positions
-        0 .. T - 1 of a fresh ``layer`` kept from a recorded causal run (``keys``, ``values`` float32
-        [T, kv_dim]), T at most that prefix, over which the plugin attends as causal does, so that
-        causal's rows are its own. Returns T."""
+    def recorded_rows(self, int layer, keys, values):
+        """What every ``start_from`` checks first: the plugin initialised, ``layer`` in range and fresh
+        (after ``reset``), ``keys`` and ``values`` [T, kv_dim]. Returns them as contiguous float32."""
         cfg = self.config
         name = type(self).name
         if cfg is None or self._counts is None:
@@ -106,9 +104,17 @@ cdef class GatherAttention(Attention):
         if self.length[layer] != 0:
             raise PositionError(f"{name}: start_from: layer {layer} has attended {self.length[layer]} positions "
                                 "already (reset() first)")
+        return keys, values
+
+    def keep_recorded(self, int layer, keys, values):
+        """``start_from`` for a plugin that departs from ``causal`` after its ``exact_prefix``: positions
+        0 .. T - 1 of a fresh ``layer`` kept from a recorded causal run (``keys``, ``values`` float32
+        [T, kv_dim]), T at most that prefix, over which the plugin attends as causal does, so that
+        causal's rows are its own. Returns T."""
+        keys, values = self.recorded_rows(layer, keys, values)
         if keys.shape[0] > self.exact_prefix:
-            raise PositionError(f"{name}: start_from: {keys.shape[0]:,} positions, but it attends only its first "
-                                f"{self.exact_prefix:,} as causal does (exact_prefix)")
+            raise PositionError(f"{type(self).name}: start_from: {keys.shape[0]:,} positions, but it attends only "
+                                f"its first {self.exact_prefix:,} as causal does (exact_prefix)")
         cdef const float[:, ::1] kv = keys
         cdef const float[:, ::1] vv = values
         cdef Py_ssize_t t

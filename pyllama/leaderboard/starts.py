@@ -71,12 +71,17 @@ def _replayable(plugin: Attention) -> bool:
     return not getattr(plugin, "wants_pre_rope_query", False) and not getattr(plugin, "per_position_order", False)
 
 
+def _builds_from_record(plugin: Attention) -> bool:
+    """Whether the plugin that governs ``plugin``'s global layers builds its state with ``start_from``."""
+    return callable(getattr(_governed(plugin)[0], "start_from", None))
+
+
 def branch_way(plugin: Attention) -> str:
     """How ``plugin`` (an instance, as the engine runs it: some declare per instance) starts a
     branch: one of ``WAYS``."""
     if not getattr(plugin, "compresses_at_event", False):
         return "prefix" if int(getattr(plugin, "exact_prefix", 0)) > 0 and _replayable(plugin) else "whole"
-    if callable(getattr(_governed(plugin)[0], "start_from", None)):
+    if _builds_from_record(plugin):
         return "record"
     return "replay" if _replayable(plugin) else "whole"
 
@@ -176,7 +181,7 @@ def start_for(way: str, record: ContextRecord, plugin: Attention | None = None) 
         if plugin is None:
             raise ValueError("start_for: the prefix start needs the plugin, whose exact_prefix it replays")
         prefix = int(plugin.exact_prefix)
-        if callable(getattr(_governed(plugin)[0], "start_from", None)):
+        if _builds_from_record(plugin):
             return FromRecord(record, prefix)
         return ReplayAttention(record, prefix)
     return None
