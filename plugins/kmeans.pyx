@@ -26,7 +26,7 @@ left out and this is ``causal`` bit for bit.
 
 It saves compute, not memory: the full float32 K/V cache stays (``pyllama.attention.dense``'s
 ``[n_layers, positions, row_floats]``, ``positions`` defaulting to the model's context like
-``causal``), and the ledger adds the centroids, sizes, assignments and member lists. A decode step
+``causal``), and the ledger adds the centroids, sizes and assignments. A decode step
 costs O(sinks + window + budget + clusters) attention per head, a pass over the middle's cluster
 labels, and the clustering, amortised: O(middle x clusters x (iters + 1) / recluster).
 """
@@ -73,10 +73,7 @@ cdef class KMeans(DenseAttention):
     cdef float* cval          # [n_layers, n_kv_heads, clusters, head_dim] mean values (estimate)
     cdef float* cnorm         # [n_layers, n_kv_heads, clusters] |centroid|^2
     cdef long long* csize     # [n_layers, n_kv_heads, clusters] members
-    cdef int32_t* chead       # [n_layers, n_kv_heads, clusters] first and last member (-1: none)
-    cdef int32_t* ctail
     cdef int32_t* assign      # [n_layers, n_kv_heads, positions] cluster of each middle position
-    cdef int32_t* nxt         # [n_layers, n_kv_heads, positions] next member of the same cluster (-1: end)
     cdef long long* n_mid     # [n_layers] the counters' rows 1 .. 4 (row 0: positions seen): middle tokens
     cdef long long* since     # middle tokens added since the last clustering
     cdef long long* epoch     # clusterings so far (part of the seed)
@@ -130,8 +127,8 @@ cdef class KMeans(DenseAttention):
         """What init allocates (Python integers: no overflow for any knob value)."""
         P, C, E = int(self.max_positions), int(self.clusters), int(self.clusters) if self.estimate else 1
         L, KVH, H, hd = config.n_layers, config.n_kv_heads, config.n_heads, config.head_dim
-        members = 2 * L * KVH * P * 4  # cluster of each position, next member
-        clusters = L * KVH * (C + E) * hd * 4 + L * KVH * C * (8 + 4 + 4 + 4)  # centroids, values, sizes, lists
+        members = L * KVH * P * 4  # cluster of each position
+        clusters = L * KVH * (C + E) * hd * 4 + L * KVH * C * (8 + 4)  # centroids, values, sizes, |centroid|^2
         scratch = (H * P * 8 + H * 2 * 8 + 2 * KVH * P * 4 + 2 * KVH * C * hd * 8 + KVH * C * 8
                    + H * C * (4 + 4 + 1) + H * (P + C) * 4)
         return self.dense_bytes(config, P + C, 5, BLOCK_QUERIES * P) + members + clusters + scratch
@@ -156,10 +153,7 @@ cdef class KMeans(DenseAttention):
         self.cval = <float*>self.own(self._cval)
         self.cnorm = <float*>self.own(np.zeros((L, KVH, C), dtype=np.float32))
         self.csize = <long long*>self.own(self._csize)
-        self.chead = <int32_t*>self.own(np.full((L, KVH, C), -1, dtype=np.int32))
-        self.ctail = <int32_t*>self.own(np.full((L, KVH, C), -1, dtype=np.int32))
         self.assign = <int32_t*>self.own(self._assign)
-        self.nxt = <int32_t*>self.own(np.zeros((L, KVH, P), dtype=np.int32))
         self.dist = <float*>self.own(np.zeros((KVH, P), dtype=np.float32))
         self.xnorm = <float*>self.own(np.zeros((KVH, P), dtype=np.float32))
         self.sums = <double*>self.own(np.zeros((KVH, C, hd), dtype=np.float64))
@@ -185,16 +179,16 @@ cdef class KMeans(DenseAttention):
 
     def memory_bytes(self):
         # the full K/V cache, plus per clustered layer and KV head: centroids (and mean values with
-        # estimate), |centroid|^2, sizes, list heads/tails, and an assignment and a link per middle token
+        # estimate), |centroid|^2 and sizes, and an assignment per middle token
         if self._counts is None:
             return 0
         kv, hd, C, KVH = self.kv_dim, self.head_dim, self.clusters, self.n_kv_heads
-        per_cluster = hd * 4 * (2 if self.estimate else 1) + 4 + 8 + 2 * 4
+        per_cluster = hd * 4 * (2 if self.estimate else 1) + 4 + 8
         total = 0
         for layer in range(self.n_layers):
             total += 2 * int(self._counts[0, layer]) * kv * 4
             if self._counts[4, layer]:
-                total += KVH * (C * per_cluster + int(self._counts[1, layer]) * (4 + 4))
+                total += KVH * (C * per_cluster + int(self._counts[1, layer]) * 4)
         return total
 
     # ---- introspection (tests, experiments) ---------------------------------------------------------
@@ -265,10 +259,7 @@ cdef class KMeans(DenseAttention):
         cl.cnorm = self.cnorm + base
         cl.cval = self.cval + base * self.head_dim if self.estimate else NULL
         cl.size = self.csize + base
-        cl.head = self.chead + base
-        cl.tail = self.ctail + base
         cl.assign = self.assign + (layer * self.n_kv_heads + g) * self.positions
-        cl.nxt = self.nxt + (layer * self.n_kv_heads + g) * self.positions
         return cl
 
     cdef void _recluster(self, int layer, int g) noexcept nogil:
@@ -310,8 +301,7 @@ cdef class KMeans(DenseAttention):
             c = order[a]
             mark[c] = 1
             chosen = chosen + cl.size[c]
-        # every middle position has a cluster: one pass in order lists the chosen members sorted (sorting
-        # the member lists' thousands of positions was most of a step)
+        # every middle position has a cluster: one pass in order lists the chosen members sorted
         for p in range(self.sinks, self.sinks + self.n_mid[layer]):
             if n_sel == chosen:
                 break

@@ -500,8 +500,8 @@ def test_kmeans_ledger_keeps_everything():
     drive(km, q, k, v)
     dense = 2 * SMALL.n_layers * 40 * SMALL.kv_dim * 4
     M = 40 - 6
-    per_cluster = SMALL.head_dim * 4 + 4 + 8 + 8
-    assert km.memory_bytes() == dense + SMALL.n_layers * SMALL.n_kv_heads * (4 * per_cluster + M * 8)
+    per_cluster = SMALL.head_dim * 4 + 4 + 8  # centroid, |centroid|^2, size
+    assert km.memory_bytes() == dense + SMALL.n_layers * SMALL.n_kv_heads * (4 * per_cluster + M * 4)
 
 
 # ---- all three --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-# Seeded k-means over cached key rows (k-means++, Lloyd, member lists, running means) (cluster.pyx).
+# Seeded k-means over cached key rows (k-means++, Lloyd, running means) (cluster.pyx).
 
 from libc.stdint cimport int32_t, uint64_t, uint8_t
 
@@ -31,10 +31,7 @@ cdef struct Clusters:   # the clusters of one set of rows (kmeans: one layer and
     float* cnorm        # [n] |centroid|^2
     float* cval         # [n, dim] mean values (NULL: not kept)
     long long* size     # [n] members
-    int32_t* head       # [n] first and last member (-1: none)
-    int32_t* tail
     int32_t* assign     # [positions] cluster of each member position
-    int32_t* nxt        # [positions] next member of the same cluster (-1: end)
 
 
 cdef struct ClusterScratch:  # the clustering's working memory, for up to `positions` rows and n clusters

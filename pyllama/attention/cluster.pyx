@@ -101,8 +101,6 @@ cdef void cluster_rows(Clusters* cl, ClusterScratch* w, const float* keys, const
                 cl.cnorm[c] = dot_f32(cl.cent + c * hd, cl.cent + c * hd, hd)
     for c in range(C):
         cl.size[c] = w.cnt[c] if c < K else 0
-        cl.head[c] = -1
-        cl.tail[c] = -1
     if cl.cval != NULL:
         for c in range(K):
             for d in range(hd):
@@ -116,15 +114,6 @@ cdef void cluster_rows(Clusters* cl, ClusterScratch* w, const float* keys, const
             if w.cnt[c] > 0:
                 for d in range(hd):
                     cl.cval[c * hd + d] = <float>(w.vsums[c * hd + d] / <double>w.cnt[c])
-    # member lists, ascending in position
-    for i in range(m):
-        c = cl.assign[first + i]
-        cl.nxt[first + i] = -1
-        if cl.tail[c] >= 0:
-            cl.nxt[cl.tail[c]] = <int32_t>(first + i)
-        else:
-            cl.head[c] = <int32_t>(first + i)
-        cl.tail[c] = <int32_t>(first + i)
 
 
 cdef void add_member(Clusters* cl, const float* key, const float* value, long long p) noexcept nogil:
@@ -145,12 +134,6 @@ cdef void add_member(Clusters* cl, const float* key, const float* value, long lo
             mv[d] = mv[d] + (value[d] - mv[d]) / fn
     cl.size[c] = n
     cl.assign[p] = c
-    cl.nxt[p] = -1
-    if cl.tail[c] >= 0:
-        cl.nxt[cl.tail[c]] = <int32_t>p
-    else:
-        cl.head[c] = <int32_t>p
-    cl.tail[c] = <int32_t>p
 
 
 cdef long long rank_clusters(const Clusters* cl, const float* q, bint size_bias, float* score, int32_t* order,
