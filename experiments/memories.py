@@ -28,6 +28,7 @@ import numpy as np
 
 from pyllama import plots
 from pyllama.errors import InputError
+from pyllama.kernels.qproduct import simd_path
 from pyllama.model import Model
 from pyllama.outputs import check_outputs, model_inputs
 
@@ -93,7 +94,8 @@ def table_markdown(model: Model, rows: list[dict]) -> str:
     out = [
         f"Against `causal:positions={long_len}` on {name}, standard probe "
         f"({rows[0]['report'].n_positions:,} positions, every one compared). Bytes at the last position of "
-        f"the long run (position {long_len - 1}); causal holds {rows[0]['bytes_causal']:,} B there.",
+        f"the long run (position {long_len - 1}); causal holds {rows[0]['bytes_causal']:,} B there. Kernels: "
+        f"the {simd_path()} build (a float32 model's last bits follow the SIMD path: docs/exactness.md).",
         "",
         "| budget | plugin | bytes at the end | x budget | mean KL | p99 KL | top-1 | ppl ratio |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
