@@ -158,6 +158,7 @@ def tiny_f32(request, tmp_path_factory):
     from arch_models import TINY, sha256_of, write_tiny_f32
 
     kind = request.param
+    shared_file(f"vocab/{TINY[kind].vocab_file}")  # its tokenizer keys come from there
     path = write_tiny_f32(kind, tmp_path_factory.mktemp("tiny") / TINY[kind].filename)
     if path.stat().st_size != TINY[kind].bytes or sha256_of(path) != TINY[kind].sha256:
         pytest.skip(f"{path.name}: the rebuilt file differs from the recorded one (another gguf-py or numpy version?)")

@@ -31,6 +31,7 @@ from collections import defaultdict
 import gguf
 import numpy as np
 import pytest
+from agreement import check_agreement, llama_margins
 from arch_models import ARCH, TINY
 from arch_reference import attention_mask, load_reference, reference_forward, teacher_forced_logits
 from conftest import read_jsonl, shared_file
@@ -138,14 +139,8 @@ def _teacher_forced(model, rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
         out[len(row["prompt_ids"]) - 1 :].argmax(axis=1) == np.array(row["ids"])
         for row, out in zip(rows, logits, strict=True)
     ]
-    margins = [np.array([np.nan if m is None else m for m in row["top1_minus_top2_logprob"]], float) for row in rows]
+    margins = [llama_margins(row) for row in rows]
     return np.concatenate(margins), np.concatenate(agree)
-
-
-def _check_agreement(margins: np.ndarray, agree: np.ndarray, rate: float, always_above: float) -> None:
-    wide = margins >= 0.02  # (null margins, at a split UTF-8 character, count as narrow)
-    assert agree[wide].mean() >= rate, f"{agree[wide].mean():.4f} of {wide.sum()} positions"
-    assert agree[margins >= always_above].all(), margins[(margins >= always_above) & ~agree]
 
 
 def _gemma3_runs(n_predict: int) -> list[dict]:
@@ -155,13 +150,13 @@ def _gemma3_runs(n_predict: int) -> list[dict]:
 def test_gemma3_teacher_forced_agrees_with_llama_cpp(gemma3_model):
     """The 32-token greedy runs of the four prompts (the 128-token ones: ``-m gemma_long``)."""
     margins, agree = _teacher_forced(gemma3_model, _gemma3_runs(32))
-    _check_agreement(margins, agree, rate=0.95, always_above=1.0)
+    check_agreement(margins, agree, rate=0.95, always_above=1.0)
 
 
 @pytest.mark.gemma_long
 def test_gemma3_teacher_forced_128(gemma3_model):
     margins, agree = _teacher_forced(gemma3_model, _gemma3_runs(128))
-    _check_agreement(margins, agree, rate=0.98, always_above=0.5)  # measured: 99.0%, none above 0.22
+    check_agreement(margins, agree, rate=0.98, always_above=0.5)  # measured: 99.0%, none above 0.22
 
 
 @pytest.mark.parametrize("kind", sorted(TINY))
@@ -172,7 +167,7 @@ def test_tiny_q4_k_m_teacher_forced_agrees_with_llama_cpp(kind):
     margins, agree = _teacher_forced(load_reference(path), rows)
     # random weights: many near-ties; measured 98.1% (llama3rope) and 98.7% (qwen3) at >= 0.02, every
     # position >= 0.1 (the widest margin where they part: 0.077)
-    _check_agreement(margins, agree, rate=0.97, always_above=0.5)
+    check_agreement(margins, agree, rate=0.97, always_above=0.5)
 
 
 def test_sliding_window_mask_is_llama_cpps():
