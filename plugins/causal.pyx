@@ -54,17 +54,16 @@ cdef class Causal(DenseAttention):
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
         self.keep(layer, pos, k, v)
         cdef long long n = pos + 1
-        cdef int g, u, h0, count, hd = self.head_dim
+        cdef int u, h0, count, hd = self.head_dim
         cdef int team = threads_for(self.n_threads, n * self.n_heads * hd)
-        cdef int parts = self.group_parts(team), size = (self.kv_mul + parts - 1) // parts
+        cdef int parts = self.group_parts(team)
         cdef Py_ssize_t off
         # the heads sharing a KV head together: its rows 0 .. pos read once for them
         for u in prange(self.n_kv_heads * parts, schedule="static", num_threads=team):
-            g = u // parts
-            h0 = g * self.kv_mul + (u % parts) * size
-            count = min(size, (g + 1) * self.kv_mul - h0)
+            h0 = self.part_first(u, parts)
+            count = self.part_heads(u, parts)
             if count > 0:
-                off = layer * self.positions * self.row_floats + g * hd
+                off = layer * self.positions * self.row_floats + (u // parts) * hd
                 self.attend_heads(h0, count, q, self.keys + off, self.values + off, self.row_floats, n, out)
         return 0
 

@@ -75,12 +75,6 @@ cdef class Sink(WindowAttention):
         if not self.shift:  # with shift each query's sink keys move by its own delta: one position at a time
             self.init_window_blocks()
 
-    def memory_bytes(self):
-        # keys and values of the sink rows and window rows in use, summed over the layers
-        if self._counts is None:
-            return 0
-        return int(2 * int(self.held_exact().sum()) * self.kv_dim * 4)
-
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
         self.keep(layer, pos, k, v)
         cdef long long first, n_sink, ring_start, n_ring

@@ -55,12 +55,6 @@ cdef class Sliding(WindowAttention):
         self.init_window(config, self.window, 1, 0, BLOCK_QUERIES * (self.window + BLOCK_QUERIES))
         self.init_window_blocks()
 
-    def memory_bytes(self):
-        # keys and values of the rows in use, summed over the layers
-        if self._counts is None:
-            return 0
-        return int(2 * int(self.held_exact().sum()) * self.kv_dim * 4)
-
     cdef int attend_c(self, int layer, long long pos, float* q, float* k, float* v, float* out) except -1 nogil:
         self.keep(layer, pos, k, v)
         cdef long long first, n_sink, start, n

@@ -67,6 +67,15 @@ cdef class GatherAttention(Attention):
             return 1
         return min(self.kv_mul, (team + self.n_kv_heads - 1) // self.n_kv_heads)
 
+    # Part u (0 .. n_kv_heads * parts - 1) of a step's query heads split as group_parts gives: its KV
+    # head is u // parts, its first query head part_first, and part_heads of them (0: an empty last part)
+    cdef inline int part_first(self, int u, int parts) noexcept nogil:
+        return (u // parts) * self.kv_mul + (u % parts) * ((self.kv_mul + parts - 1) // parts)
+
+    cdef inline int part_heads(self, int u, int parts) noexcept nogil:
+        cdef int size = (self.kv_mul + parts - 1) // parts
+        return max(0, min(size, (u // parts + 1) * self.kv_mul - self.part_first(u, parts)))
+
 # ---- gathering: append rows to one head's tables kp/vp at index j; return the new count ------------
 # keys/values point at the first row (already offset to the KV head); rows are `stride` floats apart.
 # bias: NULL, or this head's per-row bias, set to 0 for the exact rows appended.

@@ -159,14 +159,13 @@ cdef class RowStore(GatherAttention):
         cdef int h, g, u, h0, count, hd = self.head_dim, q_dim = self.n_heads * self.head_dim
         cdef Py_ssize_t c, j0, off
         cdef long long first, work = self.rows_held(layer, 0)[0] * m * self.n_heads * hd
-        cdef int team = threads_for(self.n_threads, work), parts, size
+        cdef int team = threads_for(self.n_threads, work), parts
         if m == 1:  # a step: the heads sharing a KV head together, its rows read once
             parts = self.group_parts(team)
-            size = (self.kv_mul + parts - 1) // parts
             for u in prange(self.n_kv_heads * parts, schedule="static", num_threads=team):
                 g = u // parts
-                h0 = g * self.kv_mul + (u % parts) * size
-                count = min(size, (g + 1) * self.kv_mul - h0)
+                h0 = self.part_first(u, parts)
+                count = self.part_heads(u, parts)
                 if count > 0:
                     off = self.row_of(layer, g) * hd
                     self.attend_heads(h0, count, q, self.keys + off, self.values + off, hd,

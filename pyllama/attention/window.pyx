@@ -71,6 +71,13 @@ cdef class WindowAttention(GatherAttention):
         ring_start = t - ring
         return np.maximum(sinks - hidden, 0) + ring - np.clip(hidden - ring_start, 0, ring)
 
+    def memory_bytes(self):
+        # keys and values of the sink and window rows in use, summed over the layers (a memory that keeps
+        # more, lattice's and tiered's summaries, counts them in its own)
+        if self._counts is None:
+            return 0
+        return int(2 * int(self.held_exact().sum()) * self.kv_dim * 4)
+
     def held_positions(self, int layer):
         """The sink and window positions held after the last call (the same for every KV head)."""
         t = int(self._counts[0][layer]) if self._counts is not None else 0
