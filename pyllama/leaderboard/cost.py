@@ -2,18 +2,18 @@
 context passes, and seconds from one context pass timed on this machine.
 
 A unit runs its sample's context once through ``causal``, recorded, then every branch (``starts.py``).
-Counted in passes of that context (``WAY_PASSES``: 8 units of the default board on
-SmolLM2-135M-Instruct at 4,096 tokens, each branch's CPU seconds over its unit's recorded context,
-docs/leaderboard.md): ``causal``'s own branch continues the recorded engine through the question and
-answer; a branch from the record builds its state with ``start_from`` and runs the question and answer;
-a replayed branch makes its attention calls over the context again; a branch after a prefix builds
-its state over its ``exact_prefix`` from the record and runs the rest of the sequence and the
-answer (``WAY_PASSES["prefix"]`` plus a whole run's passes times the share of the context after the
-prefix); a whole run is the sequence and the greedy answer. The seconds of one pass are timed here,
-once per model and length: the first unit's context recorded as a unit records it, with the unit's
-threads. How a branch compares with a pass differs from model to model and length to length
-(attention grows with the length where the weights do not; at 2,048 tokens a whole run was 0.9
-passes), so the estimate is a plan's order of magnitude.
+Counted in passes of that context (``WAY_PASSES``: 40 units of the default board on
+SmolLM2-135M-Instruct at 4,096 tokens, each branch's CPU seconds over its unit's recorded context:
+``python benchmarks/board_costs.py docs/boards/smollm2-4096``): ``causal``'s own branch continues the
+recorded engine through the question and answer; a branch from the record builds its state with
+``start_from`` and runs the question and answer; a replayed branch makes its attention calls over the
+context again; a branch after a prefix builds its state over its ``exact_prefix`` from the record and
+runs the rest of the sequence and the answer (``WAY_PASSES["prefix"]`` plus a whole run's passes times
+the share of the context after the prefix); a whole run is the sequence and the greedy answer. The
+seconds of one pass are timed here, once per model and length: the first unit's context recorded as a
+unit records it, with the unit's threads. How a branch compares with a pass differs from model to model
+and length to length (attention grows with the length where the weights do not; at 2,048 tokens a whole
+run was 0.9 passes), so the estimate is a plan's order of magnitude.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CEILING_PASSES", "WAY_PASSES", "dry_run", "unit_ways"]
 
-CEILING_PASSES = 0.16  # causal's branch: the question and the answer after the recorded context
+CEILING_PASSES = 0.14  # causal's branch: the question and the answer after the recorded context
 # a branch that starts this way (starts.WAYS), or that its plugin refuses; a prefix branch adds
 # WAY_PASSES["whole"] times the share of the context it runs (sliding, sink and kmeans at the four
-# ratios: 0.88 passes on average, with 0.6 of the context run)
-WAY_PASSES = {"record": 0.13, "replay": 0.65, "prefix": 0.31, "whole": 0.94, "refused": 0.0}
+# ratios: 0.87 passes on average, with 0.6 of the context run)
+WAY_PASSES = {"record": 0.12, "replay": 0.63, "prefix": 0.30, "whole": 0.95, "refused": 0.0}
 
 
 def unit_ways(unit: Unit, seg: Segment, positions: int) -> tuple[dict[str, int], float]:
