@@ -16,24 +16,21 @@ Prints the units' CPU seconds, the passes by way with the constants they give (`
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 from pyllama.leaderboard.methods import CEILING, kept_positions
+from pyllama.leaderboard.starts import WAYS
+from pyllama.sweep.table import ROWS, RowStore
 
-WAYS = ("record", "replay", "prefix", "whole")
 
-
-def read_rows(path: Path) -> list[dict]:
-    """The rows of a board folder (its ``rows.jsonl``) or of a JSON-lines file."""
-    file = path / "rows.jsonl" if path.is_dir() else path
-    if not file.is_file():
-        sys.exit(f"board_costs: {file} not found; give a board folder (--out of pyllama leaderboard) or its rows.jsonl")
-    with file.open() as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_rows(board: Path) -> list[dict]:
+    """The rows of a board folder as ``--resume`` reads them (a cell's later row replaces an earlier one)."""
+    if not (board / ROWS).is_file():
+        sys.exit(f"board_costs: {board / ROWS} not found; give a board folder (--out of pyllama leaderboard)")
+    return list(RowStore(board, resume=True).rows.values())
 
 
 def unit_of(row: dict) -> tuple:
@@ -42,17 +39,13 @@ def unit_of(row: dict) -> tuple:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("board", type=Path, help="a board folder (pyllama leaderboard --out) or its rows.jsonl")
+    ap.add_argument("board", type=Path, help="a board folder (pyllama leaderboard --out)")
     args = ap.parse_args()
     rows = [r for r in read_rows(args.board) if r.get("error") is None]
     units: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
         units[unit_of(row)].append(row)
-    context_s = {
-        u: next(r["context_cpu_seconds"] for r in rs if r["method"] == CEILING)
-        for u, rs in units.items()
-        if any(r["method"] == CEILING for r in rs)
-    }
+    context_s = {u: r["context_cpu_seconds"] for u, rs in units.items() for r in rs if r["method"] == CEILING}
     if not context_s:
         sys.exit("board_costs: no unit with causal's row (the recorded context) among the rows")
     totals = [context_s[u] + sum(r["cpu_seconds"] for r in units[u]) for u in context_s]
