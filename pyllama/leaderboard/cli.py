@@ -14,7 +14,7 @@ from pyllama.cli.shared import cluster_options, tokenizer_option
 from pyllama.errors import InputError
 from pyllama.leaderboard.board import DEFAULT_RATIOS, DEFAULT_SAMPLES, Board, quick_board
 from pyllama.leaderboard.cost import dry_run as plan_costs
-from pyllama.leaderboard.report import MARKDOWN
+from pyllama.leaderboard.report import FIGURE, MARKDOWN
 from pyllama.leaderboard.runner import run
 from pyllama.leaderboard.stability import samples_needed
 from pyllama.outputs import check_outputs
@@ -212,8 +212,8 @@ def run_board(board: Board, out: str, scheduler, workers, threads_per_unit, resu
     )
     failed = int(df["error"].notna().sum()) if len(df) else 0
     done = len(df) - len(ran)
-    counts = f"{plural(len(df), 'row')}: {len(ran)} run, {done} already done, {failed} failed"
-    click.echo(f"{counts}: wrote {out}/{TABLE}, {out}/{CSV} and {out}/{MARKDOWN}")
+    counts = f"{plural(len(df), 'row')}: {len(ran):,} run, {done:,} already done, {failed:,} failed"
+    click.echo(f"{counts}: wrote {out}/{TABLE}, {out}/{CSV}, {out}/{MARKDOWN} and {out}/{FIGURE}")
     if failed:
         for _, row in df[df["error"].notna()].iterrows():
             click.echo(

@@ -2,7 +2,7 @@
 context passes, and seconds from one context pass timed on this machine.
 
 A unit runs its sample's context once through ``causal``, recorded, then every branch (``starts.py``).
-Counted in passes of that context (``WAY_PASSES``: 40 units of the default board on
+Counted in passes of that context (``WAY_PASSES``: the 70 units of the default board on
 SmolLM2-135M-Instruct at 4,096 tokens, each branch's CPU seconds over its unit's recorded context:
 ``python benchmarks/board_costs.py docs/boards/smollm2-4096``): ``causal``'s own branch continues the
 recorded engine through the question and answer; a branch from the record builds its state with
@@ -38,11 +38,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CEILING_PASSES", "WAY_PASSES", "dry_run", "unit_ways"]
 
-CEILING_PASSES = 0.14  # causal's branch: the question and the answer after the recorded context
+CEILING_PASSES = 0.12  # causal's branch: the question and the answer after the recorded context
 # a branch that starts this way (starts.WAYS), or that its plugin refuses; a prefix branch adds
 # WAY_PASSES["whole"] times the share of the context it runs (sliding, sink and kmeans at the four
-# ratios: 0.87 passes on average, with 0.6 of the context run)
-WAY_PASSES = {"record": 0.12, "replay": 0.63, "prefix": 0.30, "whole": 0.95, "refused": 0.0}
+# ratios: 0.86 passes on average, with 0.6 of the context run)
+WAY_PASSES = {"record": 0.11, "replay": 0.63, "prefix": 0.31, "whole": 0.92, "refused": 0.0}
 
 
 def unit_ways(unit: Unit, seg: Segment, positions: int) -> tuple[dict[str, int], float]:
