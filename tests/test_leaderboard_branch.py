@@ -383,12 +383,44 @@ def test_gemma3_methods_start_after_their_exact_prefix_bit_for_bit():
 
 
 def test_gemma3_event_methods_branch_bit_for_bit():
-    """Gemma 3: the method governs the global layers, the model's window the local ones (filled by replay)."""
+    """Gemma 3: the method governs the global layers; the model's window on the local ones keeps the
+    record's rows (``LayerSplit.start_local``), from the record and replayed alike."""
     model = Model.load(gemma3_file(), threads=1)
     (seg,) = load_probe(GEMMA3_PROBE, model.tokenizer, model.config.seq_len).segments
     assert seg.context_end > 512  # past the local layers' window: their ring has wrapped
     record = ContextRecord.run(model.engine("causal", threads=1), seg.tokens[: seg.context_end + 1])
-    for method in ("snapkv", "expected"):
+    for method, way, start in (("snapkv", "record", FromRecord), ("expected", "record", FromRecord),
+                               ("quest", "replay", ReplayAttention)):  # fmt: skip
         spec = method_spec(method, 0.75, record.positions)
-        assert branch_way(model.engine(spec, threads=1).attention) == "record"
-        _assert_same(model, spec, seg, FromRecord(record), record.positions - 1)
+        assert branch_way(model.engine(spec, threads=1).attention) == way
+        _assert_same(model, spec, seg, start(record), record.positions - 1)
+
+
+def test_a_local_layer_s_window_kept_from_the_record_is_the_one_attending_leaves(stories):
+    """``LayerSplit.start_local``: causal's rows past the window kept without attending leave the
+    window attending leaves: the same positions held, and the next positions attended to the same bits;
+    a global layer is refused."""
+    from kv_methods_drive import attach
+
+    from pyllama.attention.layers import LayerSplit
+
+    config = stories.config
+    windows = tuple(8 if layer % 2 == 0 else 0 for layer in range(config.n_layers))
+    rng = np.random.default_rng(3)
+    T, more = 21, 5  # the ring of 8 has wrapped twice
+    q = rng.standard_normal((T + more, config.q_dim)).astype(np.float32)
+    k = rng.standard_normal((T + more, config.kv_dim)).astype(np.float32)
+    v = rng.standard_normal((T + more, config.kv_dim)).astype(np.float32)
+    kept = attach(LayerSplit(create_plugin("causal"), windows), config)
+    attended = attach(LayerSplit(create_plugin("causal"), windows), config)
+    kept.start_local(0, k[:T], v[:T])
+    attended.attend_block(0, 0, q[:T], k[:T], v[:T], np.zeros((T, config.q_dim), dtype=np.float32))
+    assert kept.held_positions(0)[0].tolist() == attended.held_positions(0)[0].tolist() == list(range(T - 8, T))
+    outs = [np.zeros((more, config.q_dim), dtype=np.float32) for _ in range(2)]
+    for split, out in zip((kept, attended), outs, strict=True):
+        for t in range(T, T + more):
+            split.attend(0, t, q[t], k[t], v[t], out[t - T])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert np.abs(outs[0]).sum() > 0
+    with pytest.raises(ValueError, match="global layer"):
+        kept.start_local(1, k[:T], v[:T])

@@ -106,13 +106,15 @@ cdef class GatherAttention(Attention):
                                 "already (reset() first)")
         return keys, values
 
-    def keep_recorded(self, int layer, keys, values):
+    def keep_recorded(self, int layer, keys, values, bint past_prefix=False):
         """``start_from`` for a plugin that departs from ``causal`` after its ``exact_prefix``: positions
         0 .. T - 1 of a fresh ``layer`` kept from a recorded causal run (``keys``, ``values`` float32
         [T, kv_dim]), T at most that prefix, over which the plugin attends as causal does, so that
-        causal's rows are its own. Returns T."""
+        causal's rows are its own. ``past_prefix``: any T, for a caller that knows causal's rows are the
+        plugin's own at every position and that attending keeps only them (the model's window on a
+        local layer: ``LayerSplit.start_local``). Returns T."""
         keys, values = self.recorded_rows(layer, keys, values)
-        if keys.shape[0] > self.exact_prefix:
+        if keys.shape[0] > self.exact_prefix and not past_prefix:
             raise PositionError(f"{type(self).name}: start_from: {keys.shape[0]:,} positions, but it attends only "
                                 f"its first {self.exact_prefix:,} as causal does (exact_prefix)")
         cdef const float[:, ::1] kv = keys

@@ -112,6 +112,16 @@ cdef class LayerSplit(Attention):
     def compress(self, long long pos):
         self.inner.compress(pos)
 
+    def start_local(self, int layer, keys, values):
+        """The model's window on local ``layer`` after positions 0 .. T - 1 of a recorded causal run
+        (``keys``, ``values`` [T, kv_dim]), for a branch that starts from the record: causal attends a
+        local layer through this same window, so the record's rows are the window's own inputs at every
+        position, and attending keeps the rows and reads them (``Sliding.attend_c``): keeping them is
+        the state attending leaves, without the attention."""
+        if not self._local_flags[layer]:
+            raise ValueError(f"layers: start_local: layer {layer} is a global layer")
+        return self.local.keep_recorded(layer, keys, values, past_prefix=True)
+
     def held_positions(self, int layer):
         return self.local.held_positions(layer) if self._local_flags[layer] else self.inner.held_positions(layer)
 

@@ -9,8 +9,10 @@ the record's. Four ways, cheapest first:
 * ``FromRecord`` — a method that compresses at the event and offers ``start_from(layer, keys,
   values, queries, queries_pre_rope)`` (every method on ``attention/event.pyx``) builds its state
   from the record (no attention is computed), then ``compress(T - 1)``. On a model with local
-  layers (Gemma 3) the method governs the global layers only (``attention/layers.pyx``): the local
-  layers' window is filled by replaying its calls, as below.
+  layers (Gemma 3) the method governs the global layers only (``attention/layers.pyx``); the local
+  layers run the model's own window, through which ``causal`` attended them too, so the record's
+  rows there are the window's own and it keeps them (``LayerSplit.start_local``: no attention
+  either). Every start below fills the local layers so.
 * ``ReplayAttention`` — a method that compresses at the event without ``start_from``, takes no
   queries before RoPE (the engine's own buffer holds them) and keeps each layer's state apart (no
   ``per_position_order``): its attention calls over the context are made again with the recorded
@@ -56,12 +58,13 @@ WAYS = ("record", "replay", "prefix", "whole")  # how a branch reaches the conte
 REPLAY_BLOCK = 128  # positions per replayed attend_block call (any size gives the same bits)
 
 
-def _governed(plugin: Attention) -> tuple[Attention, Attention | None]:
-    """The plugin that governs the global layers, and the model's own window on the local layers
-    (None: a model without local layers, or a plugin that handles them): ``attention/layers.pyx``."""
+def _governed(plugin: Attention) -> tuple[Attention, LayerSplit | None]:
+    """The plugin that governs the global layers, and the split that runs the model's own window on
+    the local layers (None: a model without local layers, or a plugin that handles them):
+    ``attention/layers.pyx``."""
     inner = getattr(plugin, "inner", None)
     if isinstance(plugin, LayerSplit) and inner is not None:
-        return inner, plugin.local
+        return inner, plugin
     return plugin, None
 
 
@@ -96,13 +99,13 @@ class FromRecord:
 
     def enter(self, engine: Engine) -> None:
         rec, n = self.record, self.position
-        method, local = _governed(engine.attention)
+        method, split = _governed(engine.attention)
         windows = getattr(engine.config, "layer_windows", ()) or ()
         engine.reset()
         with plugin_calls(plugin_label(method), "start_from"):
             for layer in range(rec.keys.shape[0]):
-                if local is not None and windows[layer]:
-                    _replay_layer(local, rec, layer, n)  # the model's own window: its rows
+                if split is not None and windows[layer]:
+                    split.start_local(layer, rec.keys[layer, :n], rec.values[layer, :n])
                     continue
                 method.start_from(  # type: ignore[attr-defined]  # checked by branch_way and start_for
                     layer,
@@ -146,9 +149,14 @@ class ReplayAttention:
 
     def enter(self, engine: Engine) -> None:
         rec, plugin, n = self.record, engine.attention, self.position
+        split = _governed(plugin)[1]
+        windows = getattr(engine.config, "layer_windows", ()) or ()
         engine.reset()
         with plugin_calls(plugin_label(plugin), "attend_block"):
             for layer in range(rec.keys.shape[0]):
+                if split is not None and windows[layer]:  # the model's own window, as FromRecord
+                    split.start_local(layer, rec.keys[layer, :n], rec.values[layer, :n])
+                    continue
                 _replay_layer(plugin, rec, layer, n)
         if n == rec.positions:
             engine.compress(n - 1)
