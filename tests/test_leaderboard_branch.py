@@ -424,3 +424,4 @@ def test_a_local_layer_s_window_kept_from_the_record_is_the_one_attending_leaves
     assert np.abs(outs[0]).sum() > 0
     with pytest.raises(ValueError, match="global layer"):
         kept.start_local(1, k[:T], v[:T])
+    assert kept.local_layers == tuple(layer for layer, w in enumerate(windows) if w > 0)

@@ -112,6 +112,11 @@ cdef class LayerSplit(Attention):
     def compress(self, long long pos):
         self.inner.compress(pos)
 
+    @property
+    def local_layers(self):
+        """The layers the model's own window attends, in order."""
+        return tuple(int(i) for i in np.flatnonzero(self._local_flags))
+
     def start_local(self, int layer, keys, values):
         """The model's window on local ``layer`` after positions 0 .. T - 1 of a recorded causal run
         (``keys``, ``values`` [T, kv_dim]), for a branch that starts from the record: causal attends a

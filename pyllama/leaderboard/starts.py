@@ -100,13 +100,9 @@ class FromRecord:
     def enter(self, engine: Engine) -> None:
         rec, n = self.record, self.position
         method, split = _governed(engine.attention)
-        windows = getattr(engine.config, "layer_windows", ()) or ()
         engine.reset()
         with plugin_calls(plugin_label(method), "start_from"):
-            for layer in range(rec.keys.shape[0]):
-                if split is not None and windows[layer]:
-                    split.start_local(layer, rec.keys[layer, :n], rec.values[layer, :n])
-                    continue
+            for layer in _start_local_layers(split, rec, n):
                 method.start_from(  # type: ignore[attr-defined]  # checked by branch_way and start_for
                     layer,
                     rec.keys[layer, :n],
@@ -116,6 +112,19 @@ class FromRecord:
                 )
         if n == rec.positions:
             engine.compress(n - 1)
+
+
+def _start_local_layers(split: LayerSplit | None, rec: ContextRecord, n: int) -> list[int]:
+    """Fill the model's own window on every local layer of ``split`` with the record's first ``n``
+    rows (``LayerSplit.start_local``: no attention), and give the layers left to the start: the global
+    ones, or every layer where there is no split."""
+    layers = range(rec.keys.shape[0])
+    if split is None:
+        return list(layers)
+    local = split.local_layers
+    for layer in local:
+        split.start_local(layer, rec.keys[layer, :n], rec.values[layer, :n])
+    return [layer for layer in layers if layer not in local]
 
 
 def _prefix_positions(record: ContextRecord, prefix: int | None) -> int:
@@ -149,14 +158,9 @@ class ReplayAttention:
 
     def enter(self, engine: Engine) -> None:
         rec, plugin, n = self.record, engine.attention, self.position
-        split = _governed(plugin)[1]
-        windows = getattr(engine.config, "layer_windows", ()) or ()
         engine.reset()
         with plugin_calls(plugin_label(plugin), "attend_block"):
-            for layer in range(rec.keys.shape[0]):
-                if split is not None and windows[layer]:  # the model's own window, as FromRecord
-                    split.start_local(layer, rec.keys[layer, :n], rec.values[layer, :n])
-                    continue
+            for layer in _start_local_layers(_governed(plugin)[1], rec, n):
                 _replay_layer(plugin, rec, layer, n)
         if n == rec.positions:
             engine.compress(n - 1)
