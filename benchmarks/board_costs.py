@@ -1,6 +1,7 @@
 """What a leaderboard's units cost, read from its rows: the figures behind ``pyllama/leaderboard/cost.py``.
 
     python benchmarks/board_costs.py docs/boards/smollm2-4096
+    python benchmarks/board_costs.py docs/boards/gemma3-4096 --skip-units 6
 
 A board's rows carry each unit's recorded context (``context_cpu_seconds``, on ``causal``'s row) and each
 branch's own CPU seconds and way (``record``, ``replay``, ``prefix``, ``whole``; ``context`` for
@@ -9,8 +10,8 @@ unit ``--dry-run`` counts in, so the same board measured on any machine gives th
 constants. A prefix branch's passes are split as ``cost.py`` counts them: its own constant plus a whole
 run's passes times the share of the context after the positions it keeps.
 
-Prints the units' CPU seconds, the passes by way with the constants they give (``WAY_PASSES``,
-``CEILING_PASSES``), and the mean CPU seconds of each method at each ratio, as Markdown.
+Prints the units' CPU seconds, the passes by way with the constants they give (``cost.py``'s
+``BRANCH_PASSES`` entry), and the mean CPU seconds of each method at each ratio, as Markdown.
 """
 
 from __future__ import annotations
@@ -40,11 +41,22 @@ def unit_of(row: dict) -> tuple:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("board", type=Path, help="a board folder (pyllama leaderboard --out)")
+    ap.add_argument(
+        "--skip-units",
+        type=int,
+        default=0,
+        metavar="K",
+        help="leave out the board's first K units, in the order their rows were written (units run before a "
+        "change to the code)",
+    )
     args = ap.parse_args()
-    rows = [r for r in read_rows(args.board) if r.get("error") is None]
     units: dict[tuple, list[dict]] = defaultdict(list)
-    for row in rows:
-        units[unit_of(row)].append(row)
+    for row in read_rows(args.board):
+        if row.get("error") is None:
+            units[unit_of(row)].append(row)
+    for unit in list(units)[: args.skip_units]:
+        del units[unit]
+    rows = [r for rs in units.values() for r in rs]
     context_s = {u: r["context_cpu_seconds"] for u, rs in units.items() for r in rs if r["method"] == CEILING}
     if not context_s:
         sys.exit("board_costs: no unit with causal's row (the recorded context) among the rows")
@@ -75,10 +87,12 @@ def main() -> None:
             )
     whole = statistics.fmean(passes["whole"]) if passes["whole"] else 0.0
     constants = {w: round(statistics.fmean(passes[w]), 2) for w in WAYS if passes[w]}
-    if run_share:  # cost.py: a prefix branch is WAY_PASSES["prefix"] + WAY_PASSES["whole"] x the share run
+    if run_share:  # cost.py: a prefix branch is ways["prefix"] + ways["whole"] x the share run
         constants["prefix"] = round(statistics.fmean(passes["prefix"]) - whole * statistics.fmean(run_share), 2)
         print(f"\nprefix branches run {100 * statistics.fmean(run_share):.0f}% of the context on average")
-    print(f"\nCEILING_PASSES = {statistics.fmean(passes['context']):.2f}\nWAY_PASSES = {constants}\n")
+    constants["refused"] = 0.0
+    ceiling = round(statistics.fmean(passes["context"]), 2)
+    print(f'\nBranchPasses("{args.board.name}", {ceiling}, {constants})  # cost.py\'s BRANCH_PASSES\n')
 
     by_cell: dict[tuple[str, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:

@@ -186,7 +186,8 @@ def echo_dry_run(board: Board, out: str, workers: int | None, threads_per_unit: 
         counts = ", ".join(f"{int(group[c].sum()):,} {c.removesuffix('_branches')}" for c in ways)
         click.echo(
             f"{model}, {length:,} tokens: {plural(len(group), 'unit')}, {int(group['branches'].sum()):,} branches "
-            f"({counts}, the rest causal's); a unit about {group['passes'].mean():.1f} context passes, "
+            f"({counts}, the rest causal's); a unit about {group['passes'].mean():.1f} context passes "
+            f"(as measured on the {group['passes_from'].iloc[0]} board), "
             f"{group['est_cpu_seconds'].mean():,.1f} CPU s with {plural(threads, 'thread')}"
         )
     total = df["est_cpu_seconds"].sum()

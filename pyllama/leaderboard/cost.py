@@ -2,24 +2,27 @@
 context passes, and seconds from one context pass timed on this machine.
 
 A unit runs its sample's context once through ``causal``, recorded, then every branch (``starts.py``).
-Counted in passes of that context (``WAY_PASSES``: the 70 units of the default board on
-SmolLM2-135M-Instruct at 4,096 tokens, each branch's CPU seconds over its unit's recorded context:
-``python benchmarks/board_costs.py docs/boards/smollm2-4096``): ``causal``'s own branch continues the
-recorded engine through the question and answer; a branch from the record builds its state with
-``start_from`` and runs the question and answer; a replayed branch makes its attention calls over the
-context again; a branch after a prefix builds its state over its ``exact_prefix`` from the record and
-runs the rest of the sequence and the answer (``WAY_PASSES["prefix"]`` plus a whole run's passes times
-the share of the context after the prefix); a whole run is the sequence and the greedy answer. The
-seconds of one pass are timed here, once per model and length: the first unit's context recorded as a
-unit records it, with the unit's threads. How a branch compares with a pass differs from model to model
-and length to length (attention grows with the length where the weights do not; at 2,048 tokens a whole
-run was 0.9 passes), so the estimate is a plan's order of magnitude.
+Counted in passes of that context: ``causal``'s own branch continues the recorded engine through the
+question and answer; a branch from the record builds its state with ``start_from`` and runs the question
+and answer; a replayed branch makes its attention calls over the context again; a branch after a prefix
+builds its state over its ``exact_prefix`` from the record and runs the rest of the sequence and the
+answer (its way's passes plus a whole run's passes times the share of the context after the prefix); a
+whole run is the sequence and the greedy answer. The seconds of one pass are timed here, once per model
+and length: the first unit's context recorded as a unit records it, with the unit's threads.
+
+How a branch compares with a pass differs from model to model (Gemma 3's question and answer cost 0.21
+passes where SmolLM2's cost 0.12) and length to length (attention grows with the length where the
+weights do not; at 2,048 tokens a whole run was 0.9 passes), so the passes are measured per
+architecture on its default board at 4,096 tokens (``BRANCH_PASSES``, from each board's rows:
+``python benchmarks/board_costs.py docs/boards/...``); an architecture without a board of its own is
+planned with llama's. The estimate is a plan's order of magnitude.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyllama.engine import Engine
@@ -36,20 +39,42 @@ if TYPE_CHECKING:
     from pyllama.diff.probes.sequences import Segment
     from pyllama.model import Model
 
-__all__ = ["CEILING_PASSES", "WAY_PASSES", "dry_run", "unit_ways"]
-
-CEILING_PASSES = 0.12  # causal's branch: the question and the answer after the recorded context
-# a branch that starts this way (starts.WAYS), or that its plugin refuses; a prefix branch adds
-# WAY_PASSES["whole"] times the share of the context it runs (sliding, sink and kmeans at the four
-# ratios: 0.86 passes on average, with 0.6 of the context run)
-WAY_PASSES = {"record": 0.11, "replay": 0.63, "prefix": 0.31, "whole": 0.92, "refused": 0.0}
+__all__ = ["BRANCH_PASSES", "BranchPasses", "branch_passes", "dry_run", "unit_ways"]
 
 
-def unit_ways(unit: Unit, seg: Segment, positions: int) -> tuple[dict[str, int], float]:
+@dataclass(frozen=True)
+class BranchPasses:
+    """What a unit's branches cost in passes of its context, measured on one architecture's board."""
+
+    board: str  # the board the figures come from (docs/boards/...)
+    ceiling: float  # causal's branch: the question and the answer after the recorded context
+    ways: dict[str, float]  # a branch that starts this way (starts.WAYS), or that its plugin refuses
+
+
+BRANCH_PASSES = {
+    # 70 units of SmolLM2-135M-Instruct; prefix: sliding, sink and kmeans at the four ratios cost 0.86
+    # passes on average with 0.6 of the context run
+    "llama": BranchPasses(
+        "smollm2-4096", 0.12, {"record": 0.11, "replay": 0.63, "prefix": 0.31, "whole": 0.92, "refused": 0.0}
+    ),
+    # Gemma 3 270M's units run since its 15 local layers are kept from the record (starts.py): its
+    # board's first 6 units replayed them, and are left out (board_costs.py --skip-units 6)
+    "gemma3": BranchPasses(
+        "gemma3-4096", 0.22, {"record": 0.18, "replay": 0.28, "prefix": 0.15, "whole": 0.85, "refused": 0.0}
+    ),
+}
+
+
+def branch_passes(arch: str) -> BranchPasses:
+    """The measured passes of ``arch``'s branches (``ModelConfig.arch``), llama's where it has no board."""
+    return BRANCH_PASSES.get(arch, BRANCH_PASSES["llama"])
+
+
+def unit_ways(unit: Unit, seg: Segment, positions: int, cost: BranchPasses) -> tuple[dict[str, int], float]:
     """How many of the unit's branches start each way on its sample ``seg`` (``unit_sample``), ``causal``'s
     aside (``refused``: the plugin refuses the method's spec at this size, a row that holds its error),
-    and the context passes of those branches (``WAY_PASSES``)."""
-    ways = dict.fromkeys(WAY_PASSES, 0)
+    and the context passes of those branches (``cost``: the model's ``branch_passes``)."""
+    ways = dict.fromkeys(cost.ways, 0)
     context = seg.context_end + 1
     passes = 0.0
     for branch in unit.branches:
@@ -62,9 +87,9 @@ def unit_ways(unit: Unit, seg: Segment, positions: int) -> tuple[dict[str, int],
             continue
         way = branch_way(plugin)
         ways[way] += 1
-        passes += WAY_PASSES[way]
+        passes += cost.ways[way]
         if way == "prefix":  # the rest of the context after the prefix runs as a whole run does
-            passes += WAY_PASSES["whole"] * (1.0 - min(int(plugin.exact_prefix), context) / context)
+            passes += cost.ways["whole"] * (1.0 - min(int(plugin.exact_prefix), context) / context)
     return ways, passes
 
 
@@ -79,7 +104,8 @@ def _pass_seconds(model: Model, seg: Segment, positions: int, threads: int) -> f
 
 def dry_run(board: Board | dict | str | os.PathLike, threads_per_unit: int = 1, out: str | os.PathLike | None = None):
     """The units of ``board`` with their estimated cost, running no branch: a DataFrame with a row per
-    unit (its context positions, its branches by way, its ``passes``, ``est_cpu_seconds`` with
+    unit (its context positions, its branches by way, its ``passes`` with the board they were measured
+    on, ``passes_from``, ``est_cpu_seconds`` with
     ``threads_per_unit`` threads, and ``done``: its rows already in ``out``'s table)."""
     import pandas as pd  # lazy: pandas only for the DataFrame a dry run returns
 
@@ -90,17 +116,19 @@ def dry_run(board: Board | dict | str | os.PathLike, threads_per_unit: int = 1, 
     timed: dict[tuple[str, int], float] = {}
     rows: list[dict[str, Any]] = []
     for unit in plan.units:
+        cost: BranchPasses | None = None
         try:
             model, seg, positions = unit_sample(unit)
         except Exception:  # the sample itself fails (run_unit writes every row with why): no cost
-            context, ways, branch_passes = 0, dict.fromkeys(WAY_PASSES, 0) | {"refused": len(unit.branches)}, 0.0
+            context, branch_count = 0, 0.0
+            ways = dict.fromkeys(BRANCH_PASSES["llama"].ways, 0) | {"refused": len(unit.branches)}
         else:
-            context = seg.context_end + 1
-            ways, branch_passes = unit_ways(unit, seg, positions)
+            context, cost = seg.context_end + 1, branch_passes(model.config.arch)
+            ways, branch_count = unit_ways(unit, seg, positions, cost)
             if (unit.model, unit.length) not in timed:
                 timed[(unit.model, unit.length)] = _pass_seconds(model, seg, positions, threads_per_unit)
         ceiling = sum(b.method == CEILING for b in unit.branches) if context else 0
-        passes = (1.0 + CEILING_PASSES * ceiling if context else 0.0) + branch_passes
+        passes = (1.0 + cost.ceiling * ceiling if cost is not None else 0.0) + branch_count
         rows.append(
             dict(
                 unit.columns(),
@@ -108,6 +136,7 @@ def dry_run(board: Board | dict | str | os.PathLike, threads_per_unit: int = 1, 
                 branches=len(unit.branches),
                 **{f"{w}_branches": n for w, n in ways.items()},
                 passes=passes,
+                passes_from=cost.board if cost is not None else "",
                 est_cpu_seconds=passes * timed.get((unit.model, unit.length), 0.0),
                 done=sum(store.done(b.key) for b in unit.branches),
             )
