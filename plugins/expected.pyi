@@ -1,4 +1,3 @@
-import numpy as np
 from typing_extensions import disjoint_base
 
 from pyllama.attention.event import EventAttention
@@ -26,11 +25,3 @@ class Expected(EventAttention):
         positions: int = 0,
     ) -> None: ...
     def planned_bytes(self, config: ModelConfig) -> int: ...
-    def start_from(
-        self,
-        layer: int,
-        keys: np.ndarray,
-        values: np.ndarray,
-        queries: np.ndarray | None = None,
-        queries_pre_rope: np.ndarray | None = None,
-    ) -> None: ...

@@ -32,7 +32,6 @@ from pyllama.attention.rows cimport dot_lanes, dot_lanes_f64
 
 from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
 from pyllama.attention.dense import POSITIONS
-from pyllama.attention.memory import require_memory
 from pyllama.attention.spec import Knob, check_knobs
 from pyllama.config import ROPE_NEOX
 from pyllama.errors import PluginError
@@ -80,12 +79,11 @@ cdef class Expected(EventAttention):
         return config.n_heads * 8 * (hd + (hd * (hd + 1) // 2 if self.covariance else 0))
 
     def planned_bytes(self, config):
-        return (self.event_bytes(config, self.scratch_per_head(config)) + config.n_layers
-                * self.statistics_bytes(config) + config.n_rot * 8)
+        return EventAttention.planned_bytes(self, config) + config.n_layers * self.statistics_bytes(config) + (
+            config.n_rot * 8)
 
     def init(self, config, pool):
-        require_memory("expected", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
-        self.init_event(config, self.scratch_per_head(config))
+        EventAttention.init(self, config, pool)
         hd = config.head_dim
         self.tri = hd * (hd + 1) // 2
         self.n_pairs = config.n_rot // 2

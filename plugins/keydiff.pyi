@@ -1,19 +1,8 @@
-import numpy as np
-
 from pyllama.attention.event import EventAttention
+from pyllama.attention.spec import Knob
 from pyllama.config import ModelConfig
+
+EVENT_KNOBS: tuple[Knob, ...]
 
 class KeyDiff(EventAttention):
     def scratch_per_head(self, config: ModelConfig) -> int: ...
-    def __init__(
-        self, ratio: float = 0.5, capacity: int = 0, window: int = 0, sinks: int = 0, every: int = 0, positions: int = 0
-    ) -> None: ...
-    def planned_bytes(self, config: ModelConfig) -> int: ...
-    def start_from(
-        self,
-        layer: int,
-        keys: np.ndarray,
-        values: np.ndarray,
-        queries: np.ndarray | None = None,
-        queries_pre_rope: np.ndarray | None = None,
-    ) -> None: ...

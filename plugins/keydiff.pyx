@@ -19,32 +19,16 @@ from libc.math cimport sqrt
 from pyllama.attention.event cimport EventAttention
 from pyllama.attention.rows cimport dot_lanes
 
-from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
-from pyllama.attention.dense import POSITIONS
-from pyllama.attention.memory import require_memory
-from pyllama.attention.spec import check_knobs
+from pyllama.attention.event import EVENT_KNOBS
 
 
 cdef class KeyDiff(EventAttention):
     name = "keydiff"
     description = "KeyDiff: at the event, keep the keys least similar to the mean key direction (again every N)"
-    knobs = (RATIO, CAPACITY, window_knob(0), sinks_knob(0), EVERY, POSITIONS)
-
-    def __init__(self, ratio: float = 0.5, capacity: int = 0, window: int = 0, sinks: int = 0, every: int = 0,
-                 positions: int = 0):
-        check_knobs(self, ratio=ratio, capacity=capacity, window=window, sinks=sinks, every=every,
-                    positions=positions)
-        self.set_event_budget(ratio, capacity, window, sinks, every, positions)
+    knobs = EVENT_KNOBS  # and the base's constructor
 
     def scratch_per_head(self, config):
         return config.head_dim + int(self.max_positions)  # the anchor, the key norms
-
-    def planned_bytes(self, config):
-        return self.event_bytes(config, self.scratch_per_head(config))
-
-    def init(self, config, pool):
-        require_memory("keydiff", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
-        self.init_event(config, self.scratch_per_head(config))
 
     cdef void event_scores(self, int layer, long long pos, int g, long long n, double* score) noexcept nogil:
         cdef int i, hd = self.head_dim

@@ -17,29 +17,13 @@ from libc.math cimport sqrt
 from pyllama.attention.event cimport EventAttention
 from pyllama.attention.rows cimport dot_lanes
 
-from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
-from pyllama.attention.dense import POSITIONS
-from pyllama.attention.memory import require_memory
-from pyllama.attention.spec import check_knobs
+from pyllama.attention.event import EVENT_KNOBS
 
 
 cdef class KNorm(EventAttention):
     name = "knorm"
     description = "KNorm: at the event, keep the keys of smallest L2 norm per KV head (again every N with every)"
-    knobs = (RATIO, CAPACITY, window_knob(0), sinks_knob(0), EVERY, POSITIONS)
-
-    def __init__(self, ratio: float = 0.5, capacity: int = 0, window: int = 0, sinks: int = 0, every: int = 0,
-                 positions: int = 0):
-        check_knobs(self, ratio=ratio, capacity=capacity, window=window, sinks=sinks, every=every,
-                    positions=positions)
-        self.set_event_budget(ratio, capacity, window, sinks, every, positions)
-
-    def planned_bytes(self, config):
-        return self.event_bytes(config, 0)
-
-    def init(self, config, pool):
-        require_memory("knorm", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
-        self.init_event(config, 0)
+    knobs = EVENT_KNOBS  # and the base's constructor
 
     cdef void event_scores(self, int layer, long long pos, int g, long long n, double* score) noexcept nogil:
         cdef const float* keys = self.keys + self.row_of(layer, g) * self.head_dim

@@ -1,9 +1,7 @@
-import numpy as np
 from typing_extensions import disjoint_base
 
 from pyllama.attention.observed import ObservedAttention
 from pyllama.attention.spec import Knob
-from pyllama.config import ModelConfig
 
 OBSERVED_KNOBS: tuple[Knob, ...]
 
@@ -23,13 +21,4 @@ class PyramidKV(ObservedAttention):
         sinks: int = 0,
         every: int = 0,
         positions: int = 0,
-    ) -> None: ...
-    def planned_bytes(self, config: ModelConfig) -> int: ...
-    def start_from(
-        self,
-        layer: int,
-        keys: np.ndarray,
-        values: np.ndarray,
-        queries: np.ndarray | None = None,
-        queries_pre_rope: np.ndarray | None = None,
     ) -> None: ...

@@ -21,7 +21,6 @@ from pyllama.attention.rows cimport kept_of
 
 from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
 from pyllama.attention.dense import POSITIONS
-from pyllama.attention.memory import require_memory
 from pyllama.attention.observed import OBSERVED_KNOBS
 from pyllama.attention.spec import Knob, check_knobs
 
@@ -61,13 +60,6 @@ cdef class PyramidKV(ObservedAttention):
         self.set_event_budget(ratio, capacity, window, sinks, every, positions)
         self.set_observed(kernel, pool)
         self.beta = beta
-
-    def planned_bytes(self, config):
-        return self.observed_bytes(config)
-
-    def init(self, config, pool):
-        require_memory("pyramidkv", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
-        self.init_observed(config)
 
     cdef long long event_target(self, int layer, long long n) noexcept nogil:
         cdef long long capacity = self.capacity if self.capacity > 0 else kept_of(n, self.ratio, 0)

@@ -19,7 +19,6 @@ from pyllama.attention.event cimport EventAttention
 
 from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
 from pyllama.attention.dense import POSITIONS
-from pyllama.attention.memory import require_memory
 from pyllama.attention.spec import Knob, check_knobs
 
 
@@ -44,13 +43,6 @@ cdef class RandomEviction(EventAttention):
                     positions=positions)
         self.set_event_budget(ratio, capacity, window, sinks, every, positions)
         self.seed = seed
-
-    def planned_bytes(self, config):
-        return self.event_bytes(config, 0)
-
-    def init(self, config, pool):
-        require_memory("random", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
-        self.init_event(config, 0)
 
     cdef void event_scores(self, int layer, long long pos, int g, long long n, double* score) noexcept nogil:
         cdef const long long* held = self.held + self.row_of(layer, g)

@@ -22,7 +22,6 @@ from pyllama.attention.observed cimport ObservedAttention
 
 from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
 from pyllama.attention.dense import POSITIONS
-from pyllama.attention.memory import require_memory
 from pyllama.attention.observed import OBSERVED_KNOBS
 from pyllama.attention.spec import check_knobs
 
@@ -39,10 +38,3 @@ cdef class SnapKV(ObservedAttention):
                     every=every, positions=positions)
         self.set_event_budget(ratio, capacity, window, sinks, every, positions)
         self.set_observed(kernel, pool)
-
-    def planned_bytes(self, config):
-        return self.observed_bytes(config)
-
-    def init(self, config, pool):
-        require_memory("snapkv", f"positions={int(self.max_positions):,}", self.planned_bytes(config))
-        self.init_observed(config)

@@ -33,7 +33,14 @@ from pyllama.attention.rows cimport QUERIES, Ranked, kept_of, mark_lowest, sort_
 
 import numpy as np
 
+from pyllama.attention.budget import CAPACITY, EVERY, RATIO, sinks_knob, window_knob
+from pyllama.attention.dense import POSITIONS
+from pyllama.attention.memory import require_memory
+from pyllama.attention.spec import check_knobs
 from pyllama.errors import PositionError
+
+# the knobs of the base's constructor: a method whose score takes no knob of its own (knorm, keydiff)
+EVENT_KNOBS = (RATIO, CAPACITY, window_knob(0), sinks_knob(0), EVERY, POSITIONS)
 
 
 cdef class EventAttention(RowStore):
@@ -43,6 +50,23 @@ cdef class EventAttention(RowStore):
 
     def __cinit__(self, *args, **kwargs):
         self.alpha = -1.0
+
+    def __init__(self, ratio: float = 0.5, capacity: int = 0, window: int = 0, sinks: int = 0, every: int = 0,
+                 positions: int = 0):
+        check_knobs(self, ratio=ratio, capacity=capacity, window=window, sinks=sinks, every=every,
+                    positions=positions)
+        self.set_event_budget(ratio, capacity, window, sinks, every, positions)
+
+    def scratch_per_head(self, config):
+        """The scorer's float64 scratch per KV head (``work``), in doubles: none unless a method says."""
+        return 0
+
+    def planned_bytes(self, config):
+        return self.event_bytes(config, self.scratch_per_head(config))
+
+    def init(self, config, pool):
+        require_memory(type(self).name, f"positions={int(self.max_positions):,}", self.planned_bytes(config))
+        self.init_event(config, self.scratch_per_head(config))
 
     def set_event_budget(self, ratio, capacity, window, sinks, every, positions):
         self.set_budget(ratio, capacity, window, sinks, positions)

@@ -9,5 +9,4 @@ cdef class ObservedAttention(EventAttention):
     cdef bint max_pool
     cdef float* seen      # [n_layers, window, q_dim] the last window post-RoPE queries, position p in row p % window
 
-    cdef int init_observed(self, config) except -1
     cdef void pool_candidates(self, const double* x, long long n, double* out) noexcept nogil

@@ -46,14 +46,12 @@ cdef class ObservedAttention(EventAttention):
     def scratch_per_head(self, config):
         return 3 * int(self.max_positions)  # sums, one query's weights, the candidates' scores
 
-    def observed_bytes(self, config):
-        return self.event_bytes(config, self.scratch_per_head(config)) + (
-            config.n_layers * int(self.window) * config.q_dim * 4)
+    def planned_bytes(self, config):
+        return EventAttention.planned_bytes(self, config) + config.n_layers * int(self.window) * config.q_dim * 4
 
-    cdef int init_observed(self, config) except -1:
-        self.init_event(config, self.scratch_per_head(config))
+    def init(self, config, pool):
+        EventAttention.init(self, config, pool)
         self.seen = <float*>self.own(np.zeros((config.n_layers, self.window, config.q_dim), dtype=np.float32))
-        return 0
 
     cdef long long state_bytes_of(self, int layer):
         # the observation queries kept: the last window positions' post-RoPE queries
