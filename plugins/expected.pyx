@@ -79,8 +79,8 @@ cdef class Expected(EventAttention):
         return config.n_heads * 8 * (hd + (hd * (hd + 1) // 2 if self.covariance else 0))
 
     def planned_bytes(self, config):
-        return EventAttention.planned_bytes(self, config) + config.n_layers * self.statistics_bytes(config) + (
-            config.n_rot * 8)
+        statistics = config.n_layers * self.statistics_bytes(config) + config.n_rot * 8  # and the mean turn
+        return EventAttention.planned_bytes(self, config) + statistics
 
     def init(self, config, pool):
         EventAttention.init(self, config, pool)
