@@ -7,7 +7,8 @@ RULER sample's recorded context (``--task``, ``--length``, ``--seed``):
 * **kept** — the record's rows put in the window as attending would leave them, no attention
   (``LayerSplit.start_local``, what ``starts.py`` does);
 * **replayed** — the window's attention calls made again over the whole context with the recorded
-  rows, in blocks of ``starts.REPLAY_BLOCK`` positions (what a branch did before).
+  rows, in blocks of ``starts.REPLAY_BLOCK`` positions (``starts.replay_layer``, what a branch did
+  before).
 
 Both leave each local layer holding the same positions (checked here; the rows and the outputs that
 follow are checked bit for bit in tests/test_leaderboard_branch.py). Printed: the context pass that
@@ -23,12 +24,10 @@ import argparse
 import sys
 import time
 
-import numpy as np
-
 from pyllama.attention.layers import LayerSplit
 from pyllama.diff.probes import load_probe
 from pyllama.leaderboard.record import ContextRecord
-from pyllama.leaderboard.starts import REPLAY_BLOCK
+from pyllama.leaderboard.starts import replay_layer
 from pyllama.model import Model
 
 
@@ -52,7 +51,6 @@ def main() -> None:
     context = time.process_time() - t0
     split, n = engine.attention, rec.positions
     local = split.local_layers
-    out = np.zeros((REPLAY_BLOCK, rec.queries.shape[2]), dtype=np.float32)
 
     def keep() -> None:
         for layer in local:
@@ -60,10 +58,7 @@ def main() -> None:
 
     def replay() -> None:
         for layer in local:
-            for c0 in range(0, n, REPLAY_BLOCK):
-                c1 = min(n, c0 + REPLAY_BLOCK)
-                q, k, v = (a[layer, c0:c1] for a in (rec.queries, rec.keys, rec.values))
-                split.attend_block(layer, c0, q, k, v, out[: c1 - c0])
+            replay_layer(split, rec, layer, n)
 
     seconds, held = {}, {}
     for name, way in (("kept", keep), ("replayed", replay)):

@@ -64,6 +64,20 @@ def test_a_dry_run_counts_the_rows_already_in_out(tmp_path):
     assert list(df["done"]) == [3]
 
 
+def test_a_unit_whose_sample_fails_counts_every_branch_refused_at_no_cost(monkeypatch):
+    import pyllama.leaderboard.cost as cost
+
+    def no_sample(unit):
+        raise ValueError("the sample does not fit")  # run_unit writes every row with this error
+
+    monkeypatch.setattr(cost, "unit_sample", no_sample)
+    b = board(samples=1)
+    (unit,) = plan_board(b).units
+    (est,) = (row for _, row in dry_run(b).iterrows())
+    assert [est[f"{w}_branches"] for w in cost.BRANCH_WAYS] == [0, 0, 0, 0, len(unit.branches)]
+    assert (est["context"], est["passes"], est["passes_from"], est["est_cpu_seconds"]) == (0, 0.0, "", 0.0)
+
+
 def test_the_command_says_what_the_board_would_cost_and_runs_nothing(tmp_path):
     out = tmp_path / "board"
     args = ["leaderboard", "-c", str(shared_file("stories260K.bin")), "-z", str(shared_file("tok512.bin"))]

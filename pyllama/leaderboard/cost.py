@@ -30,7 +30,7 @@ from pyllama.leaderboard.board import Board, load_board
 from pyllama.leaderboard.methods import CEILING, method_spec
 from pyllama.leaderboard.record import ContextRecord
 from pyllama.leaderboard.runner import plan_board
-from pyllama.leaderboard.starts import branch_way
+from pyllama.leaderboard.starts import WAYS, branch_way
 from pyllama.leaderboard.unit import Unit, sized_plugin, unit_sample
 from pyllama.sweep.cell import pinned_threads
 from pyllama.sweep.table import RowStore
@@ -42,13 +42,16 @@ if TYPE_CHECKING:
 __all__ = ["BRANCH_PASSES", "BranchPasses", "branch_passes", "dry_run", "unit_ways"]
 
 
+BRANCH_WAYS = (*WAYS, "refused")  # a dry run's columns: how each branch starts, or that its plugin refuses
+
+
 @dataclass(frozen=True)
 class BranchPasses:
     """What a unit's branches cost in passes of its context, measured on one architecture's board."""
 
     board: str  # the board the figures come from (docs/boards/...)
     ceiling: float  # causal's branch: the question and the answer after the recorded context
-    ways: dict[str, float]  # a branch that starts this way (starts.WAYS), or that its plugin refuses
+    ways: dict[str, float]  # a branch that starts each of BRANCH_WAYS
 
 
 BRANCH_PASSES = {
@@ -74,7 +77,7 @@ def unit_ways(unit: Unit, seg: Segment, positions: int, cost: BranchPasses) -> t
     """How many of the unit's branches start each way on its sample ``seg`` (``unit_sample``), ``causal``'s
     aside (``refused``: the plugin refuses the method's spec at this size, a row that holds its error),
     and the context passes of those branches (``cost``: the model's ``branch_passes``)."""
-    ways = dict.fromkeys(cost.ways, 0)
+    ways = dict.fromkeys(BRANCH_WAYS, 0)
     context = seg.context_end + 1
     passes = 0.0
     for branch in unit.branches:
@@ -116,19 +119,20 @@ def dry_run(board: Board | dict | str | os.PathLike, threads_per_unit: int = 1, 
     timed: dict[tuple[str, int], float] = {}
     rows: list[dict[str, Any]] = []
     for unit in plan.units:
-        cost: BranchPasses | None = None
+        ways = dict.fromkeys(BRANCH_WAYS, 0)
+        context, passes, passes_from, pass_seconds = 0, 0.0, "", 0.0
         try:
             model, seg, positions = unit_sample(unit)
         except Exception:  # the sample itself fails (run_unit writes every row with why): no cost
-            context, branch_count = 0, 0.0
-            ways = dict.fromkeys(BRANCH_PASSES["llama"].ways, 0) | {"refused": len(unit.branches)}
+            ways["refused"] = len(unit.branches)
         else:
             context, cost = seg.context_end + 1, branch_passes(model.config.arch)
             ways, branch_count = unit_ways(unit, seg, positions, cost)
+            ceiling = sum(b.method == CEILING for b in unit.branches)
+            passes, passes_from = 1.0 + cost.ceiling * ceiling + branch_count, cost.board
             if (unit.model, unit.length) not in timed:
                 timed[(unit.model, unit.length)] = _pass_seconds(model, seg, positions, threads_per_unit)
-        ceiling = sum(b.method == CEILING for b in unit.branches) if context else 0
-        passes = (1.0 + cost.ceiling * ceiling if cost is not None else 0.0) + branch_count
+            pass_seconds = timed[(unit.model, unit.length)]
         rows.append(
             dict(
                 unit.columns(),
@@ -136,8 +140,8 @@ def dry_run(board: Board | dict | str | os.PathLike, threads_per_unit: int = 1, 
                 branches=len(unit.branches),
                 **{f"{w}_branches": n for w, n in ways.items()},
                 passes=passes,
-                passes_from=cost.board if cost is not None else "",
-                est_cpu_seconds=passes * timed.get((unit.model, unit.length), 0.0),
+                passes_from=passes_from,
+                est_cpu_seconds=passes * pass_seconds,
                 done=sum(store.done(b.key) for b in unit.branches),
             )
         )

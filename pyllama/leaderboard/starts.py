@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from pyllama.engine import Engine
     from pyllama.leaderboard.record import ContextRecord
 
-__all__ = ["FromRecord", "Prefilled", "ReplayAttention", "WAYS", "branch_way", "start_for"]
+__all__ = ["FromRecord", "Prefilled", "ReplayAttention", "WAYS", "branch_way", "replay_layer", "start_for"]
 
 WAYS = ("record", "replay", "prefix", "whole")  # how a branch reaches the context's end, cheapest first
 REPLAY_BLOCK = 128  # positions per replayed attend_block call (any size gives the same bits)
@@ -136,7 +136,7 @@ def _prefix_positions(record: ContextRecord, prefix: int | None) -> int:
     return min(int(prefix), record.positions)
 
 
-def _replay_layer(plugin: Attention, rec: ContextRecord, layer: int, n: int) -> None:
+def replay_layer(plugin: Attention, rec: ContextRecord, layer: int, n: int) -> None:
     """``plugin``'s attention calls of ``layer`` over positions 0 .. n - 1 made again with the
     recorded rows, in blocks of ``REPLAY_BLOCK`` (the outputs are not kept)."""
     out = np.zeros((min(REPLAY_BLOCK, n), rec.queries.shape[2]), dtype=np.float32)
@@ -161,7 +161,7 @@ class ReplayAttention:
         engine.reset()
         with plugin_calls(plugin_label(plugin), "attend_block"):
             for layer in _start_local_layers(_governed(plugin)[1], rec, n):
-                _replay_layer(plugin, rec, layer, n)
+                replay_layer(plugin, rec, layer, n)
         if n == rec.positions:
             engine.compress(n - 1)
 
