@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pyllama.diff.probes.sequences import Segment
     from pyllama.model import Model
 
-__all__ = ["BRANCH_PASSES", "BranchPasses", "branch_passes", "dry_run", "unit_ways"]
+__all__ = ["BRANCH_PASSES", "BRANCH_WAYS", "BranchPasses", "branch_passes", "dry_run", "unit_ways"]
 
 
 BRANCH_WAYS = (*WAYS, "refused")  # a dry run's columns: how each branch starts, or that its plugin refuses
