@@ -156,7 +156,14 @@ def markdown(df) -> str:
 def _cell(point, score: str, removed: bool = True) -> str:
     digits = 1 if score == "score" else 2
     text = f"{point[score]:.{digits}f} [{point[f'{score}_lo']:.{digits}f}, {point[f'{score}_hi']:.{digits}f}]"
-    return f"{text} ({point['removed']:.0%})" if removed else text
+    return f"{text} ({_share(point['removed'])})" if removed else text
+
+
+def _share(x: float) -> str:
+    """A share in whole percents, or to a tenth where that would show a share that is not 0 as 0%
+    (kmeans' centroids add 0.3% to Gemma 3's bytes: "-0%" would read as nothing added)."""
+    text = f"{x:.0%}"
+    return f"{x:.1%}" if x != 0 and text in ("0%", "-0%") else text
 
 
 def write_board(store: RowStore, keys: list[str], out: str | os.PathLike):
