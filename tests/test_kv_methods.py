@@ -261,6 +261,21 @@ def test_adakv_heads_hold_different_numbers_of_rows_within_the_layer_s_total():
         assert [len(h) for h in plugin.held_positions(layer)] == sizes
 
 
+@pytest.mark.parametrize("ratio", [0.25, 0.5, 0.9])
+def test_adakv_with_one_kv_head_is_its_scorer(ratio):
+    """AdaKV shares a layer's budget among its KV heads; with one (Gemma 3 270M) there is nothing to
+    share, so it holds what snapkv holds and attends to the same bits (the Gemma 3 board's rows agree)."""
+    config = ModelConfig(dim=32, hidden_dim=64, n_layers=2, n_heads=4, n_kv_heads=1, vocab_size=16, seq_len=96)
+    q, k, v, q_pre = random_qkv(5, config=config)
+    runs = []
+    for spec in (f"adakv:ratio={ratio},window=4", f"snapkv:ratio={ratio},window=4"):
+        plugin = attach(create_plugin(spec), config)
+        runs.append(drive(plugin, q, k, v, q_pre, event=EVENT))
+    ada, snap = ([[[list(h) for h in layer] for layer in step] for step in run.held] for run in runs)
+    assert ada == snap and np.array_equal(runs[0].out, runs[1].out)
+    assert len(ada[-1][0][0]) < T  # the event removed rows
+
+
 @pytest.mark.parametrize("spec", EVENT_SPECS)
 def test_without_an_event_a_compressing_method_attends_causally_and_never_compresses(spec):
     q, k, v, q_pre = random_qkv(5)
