@@ -10,7 +10,7 @@ answer (its way's passes plus a whole run's passes times the share of the contex
 whole run is the sequence and the greedy answer. The seconds of one pass are timed here, once per model
 and length: the first unit's context recorded as a unit records it, with the unit's threads.
 
-How a branch compares with a pass differs from model to model (Gemma 3's question and answer cost 0.19
+How a branch compares with a pass differs from model to model (Gemma 3's question and answer cost 0.20
 passes where SmolLM2's cost 0.12) and length to length (attention grows with the length where the
 weights do not; at 2,048 tokens a whole run was 0.9 passes), so the passes are measured per
 architecture on its default board at 4,096 tokens (``BRANCH_PASSES``, from each board's rows:
@@ -60,10 +60,10 @@ BRANCH_PASSES = {
     "llama": BranchPasses(
         "smollm2-4096", 0.12, {"record": 0.11, "replay": 0.63, "prefix": 0.31, "whole": 0.92, "refused": 0.0}
     ),
-    # 24 units of Gemma 3 270M, those run since its 15 local layers are kept from the record (starts.py):
+    # 54 units of Gemma 3 270M, those run since its 15 local layers are kept from the record (starts.py):
     # its board's first 6 units replayed them, and are left out (board_costs.py --skip-units 6)
     "gemma3": BranchPasses(
-        "gemma3-4096", 0.19, {"record": 0.18, "replay": 0.35, "prefix": 0.11, "whole": 0.96, "refused": 0.0}
+        "gemma3-4096", 0.20, {"record": 0.19, "replay": 0.35, "prefix": 0.11, "whole": 0.96, "refused": 0.0}
     ),
 }
 
