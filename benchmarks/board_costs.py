@@ -90,7 +90,6 @@ def main() -> None:
     if run_share:  # cost.py: a prefix branch is ways["prefix"] + ways["whole"] x the share run
         constants["prefix"] = round(statistics.fmean(passes["prefix"]) - whole * statistics.fmean(run_share), 2)
         print(f"\nprefix branches run {100 * statistics.fmean(run_share):.0f}% of the context on average")
-    constants["refused"] = 0.0
     ceiling = round(statistics.fmean(passes["context"]), 2)
     print(f'\nBranchPasses("{args.board.name}", {ceiling}, {constants})  # cost.py\'s BRANCH_PASSES\n')
 

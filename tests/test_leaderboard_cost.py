@@ -9,8 +9,9 @@ from conftest import shared_file
 
 from pyllama.cli import main
 from pyllama.leaderboard import Board, plan_board, run_unit
-from pyllama.leaderboard.cost import BRANCH_PASSES, BRANCH_WAYS, dry_run
+from pyllama.leaderboard.cost import BRANCH_PASSES, dry_run
 from pyllama.leaderboard.methods import kept_positions
+from pyllama.leaderboard.starts import WAYS
 from pyllama.sweep.table import RowStore
 
 
@@ -44,7 +45,7 @@ def test_a_dry_run_counts_each_unit_s_branches_as_its_run_starts_them():
         # a prefix branch (sink) also runs the share of the context after its sinks and window: the positions it keeps
         run = sum(1 - kept_positions(r["ratio"], context) / context for r in rows if r.get("way") == "prefix")
         cost = BRANCH_PASSES["llama"]  # stories260K is a llama: SmolLM2's board's figures
-        assert all(tuple(entry.ways) == BRANCH_WAYS for entry in BRANCH_PASSES.values())
+        assert all(tuple(entry.ways) == WAYS for entry in BRANCH_PASSES.values())
         assert est["passes_from"] == cost.board == "smollm2-4096"
         want = 1.0 + cost.ceiling * ceiling + sum(cost.ways[w] * est[f"{w}_branches"] for w in cost.ways)
         assert est["passes"] == pytest.approx(want + cost.ways["whole"] * run)

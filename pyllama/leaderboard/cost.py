@@ -51,20 +51,16 @@ class BranchPasses:
 
     board: str  # the board the figures come from (docs/boards/...)
     ceiling: float  # causal's branch: the question and the answer after the recorded context
-    ways: dict[str, float]  # a branch that starts each of BRANCH_WAYS
+    ways: dict[str, float]  # a branch that starts each of starts.WAYS (a refused branch costs nothing)
 
 
 BRANCH_PASSES = {
     # 70 units of SmolLM2-135M-Instruct; prefix: sliding, sink and kmeans at the four ratios cost 0.86
     # passes on average with 0.6 of the context run
-    "llama": BranchPasses(
-        "smollm2-4096", 0.12, {"record": 0.11, "replay": 0.63, "prefix": 0.31, "whole": 0.92, "refused": 0.0}
-    ),
+    "llama": BranchPasses("smollm2-4096", 0.12, {"record": 0.11, "replay": 0.63, "prefix": 0.31, "whole": 0.92}),
     # 54 units of Gemma 3 270M, those run since its 15 local layers are kept from the record (starts.py):
     # its board's first 6 units replayed them, and are left out (board_costs.py --skip-units 6)
-    "gemma3": BranchPasses(
-        "gemma3-4096", 0.20, {"record": 0.19, "replay": 0.35, "prefix": 0.11, "whole": 0.96, "refused": 0.0}
-    ),
+    "gemma3": BranchPasses("gemma3-4096", 0.20, {"record": 0.19, "replay": 0.35, "prefix": 0.11, "whole": 0.96}),
 }
 
 
